@@ -1,0 +1,57 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+
+let package = Package(
+    name: "Tracker",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "tracker-gateway", targets: ["Gateway"]),
+        .executable(name: "tracker-filter", targets: ["Filter"]),
+        .executable(name: "trackerctl", targets: ["Ctl"]),
+        .executable(name: "tracker-bench", targets: ["Bench"]),
+    ],
+    targets: [
+        // System libraries: a modulemap and a shim header, nothing else.
+        .systemLibrary(name: "CMosquitto", path: "Shared/CMosquitto", pkgConfig: "libmosquitto",
+                       providers: [.apt(["libmosquitto-dev"])]),
+        .systemLibrary(name: "CSQLite", path: "Shared/CSQLite", pkgConfig: "sqlite3",
+                       providers: [.apt(["libsqlite3-dev"])]),
+
+        // Shared modules.
+        .target(name: "Model", path: "Shared/Model", swiftSettings: strict),
+        .target(name: "Bus", dependencies: ["CMosquitto"], path: "Shared/Bus", swiftSettings: strict),
+        .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
+        .target(name: "Runtime", dependencies: ["Model", "Bus", "Store"], path: "Shared/Runtime",
+                swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["Model", "Bus"], path: "Shared/TestSupport",
+                swiftSettings: strict),
+
+        // Services: a pure core and the executable that wires it.
+        .target(name: "GatewayCore", dependencies: ["Model"], path: "Services/Gateway/GatewayCore",
+                swiftSettings: strict),
+        .executableTarget(name: "Gateway", dependencies: ["GatewayCore", "Runtime"],
+                          path: "Services/Gateway/Gateway", swiftSettings: strict),
+        .target(name: "FilterCore", dependencies: ["Model"], path: "Services/Filter/FilterCore",
+                swiftSettings: strict),
+        .executableTarget(name: "Filter", dependencies: ["FilterCore", "Runtime"],
+                          path: "Services/Filter/Filter", swiftSettings: strict),
+        .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime"], path: "Services/Ctl",
+                          swiftSettings: strict),
+        .executableTarget(name: "Bench", dependencies: ["Model", "Bus", "TestSupport", "FilterCore"],
+                          path: "Benchmarks/Bench", swiftSettings: strict),
+
+        // Tests.
+        .testTarget(name: "ModelTests", dependencies: ["Model", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "StoreTests", dependencies: ["Store"], swiftSettings: strict),
+        .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"],
+                    swiftSettings: strict),
+        .testTarget(name: "FilterCoreTests", dependencies: ["FilterCore", "TestSupport"],
+                    swiftSettings: strict),
+        .testTarget(name: "EndToEndTests",
+                    dependencies: ["Model", "Bus", "TestSupport", "Gateway", "Filter", "Ctl"],
+                    swiftSettings: strict),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,455 @@
+import CMosquitto
+import Dispatch
+import Foundation
+import Synchronization
+
+/// An MQTT 5 client over libmosquitto's own network thread.
+///
+/// Incoming messages are handed to one synchronous handler *on the network
+/// thread*. That is deliberate: libmosquitto (2.0) queues the PUBACK for a
+/// QoS 1 message before calling back but only writes it once the callback
+/// returns, so a handler that commits before returning never acknowledges a
+/// message it has not stored. A service that needs that guarantee does its
+/// work in the handler; others can use `messages()` for an async sequence.
+public final class MQTTClient: @unchecked Sendable {
+    // @unchecked: `mosq` is used under libmosquitto's own locking, and all of
+    // our mutable state lives in `state`, a Mutex.
+    public typealias Handler = @Sendable (MQTTMessage) -> Void
+    public typealias Acknowledgement = @Sendable (Result<Void, MQTTError>) -> Void
+
+    public let options: MQTTOptions
+    private let mosq: OpaquePointer
+    private let state = Mutex(State())
+
+    private struct State {
+        var connected = false
+        var loopStarted = false
+        var closing = false
+        var connectWaiter: CheckedContinuation<Void, any Error>?
+        var acks: [Int32: Acknowledgement] = [:]
+        var subscribeWaiters: [Int32: (filters: [String], continuation: CheckedContinuation<Void, any Error>)] = [:]
+        var subscriptions: [(filter: String, qos: QoS)] = []
+        var handler: Handler?
+        var onConnect: (@Sendable (_ reconnect: Bool) -> Void)?
+        var requests: [[UInt8]: CheckedContinuation<MQTTMessage, any Error>] = [:]
+        var connectCount = 0
+        var drainWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+
+    public init(_ options: MQTTOptions) throws {
+        MQTTLibrary.initialize()
+        self.options = options
+        guard let mosq = mosquitto_new(options.clientID, options.cleanStart, nil) else {
+            throw MQTTError.library(operation: "new", code: -1, message: "mosquitto_new failed for client id \(options.clientID)")
+        }
+        self.mosq = mosq
+        mosquitto_user_data_set(mosq, Unmanaged.passUnretained(self).toOpaque())
+        try check("set protocol", mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, options.protocolVersion.rawValue))
+        try check("set tcp_nodelay", mosquitto_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1))
+        mosquitto_reconnect_delay_set(mosq, 1, 10, true)
+        if let username = options.username {
+            try check("set credentials", mosquitto_username_pw_set(mosq, username, options.password))
+        }
+        if let will = options.will {
+            let rc = will.payload.withUnsafeBytes {
+                mosquitto_will_set_v5(mosq, will.topic, Int32($0.count), $0.baseAddress, will.qos.rawValue, will.retain, nil)
+            }
+            try check("set will", rc)
+        }
+        mosquitto_connect_v5_callback_set(mosq, onConnectCallback)
+        mosquitto_disconnect_v5_callback_set(mosq, onDisconnectCallback)
+        mosquitto_publish_v5_callback_set(mosq, onPublishCallback)
+        mosquitto_subscribe_v5_callback_set(mosq, onSubscribeCallback)
+        mosquitto_message_v5_callback_set(mosq, onMessageCallback)
+    }
+
+    deinit {
+        mosquitto_loop_stop(mosq, true)
+        mosquitto_destroy(mosq)
+    }
+
+    // MARK: Handlers
+
+    /// Sets the synchronous handler called on the network thread for every
+    /// message that is not a reply to one of our requests.
+    public func setHandler(_ handler: @escaping Handler) {
+        state.withLock { $0.handler = handler }
+    }
+
+    /// Called on the network thread after every successful (re)connect,
+    /// before any message of that connection is handled.
+    public func setOnConnect(_ hook: @escaping @Sendable (_ reconnect: Bool) -> Void) {
+        state.withLock { $0.onConnect = hook }
+    }
+
+    /// Messages as an async sequence. Installs the handler, so use one or the other.
+    public func messages() -> AsyncStream<MQTTMessage> {
+        let (stream, continuation) = AsyncStream.makeStream(of: MQTTMessage.self, bufferingPolicy: .unbounded)
+        setHandler { continuation.yield($0) }
+        return stream
+    }
+
+    public var isConnected: Bool { state.withLock { $0.connected } }
+
+    // MARK: Connection
+
+    /// Connects and waits for the broker's CONNACK. After this the client
+    /// reconnects by itself (1 s … 10 s backoff) and re-subscribes.
+    public func connect(timeout: Duration = .seconds(10)) async throws {
+        var props: OpaquePointer? = nil
+        defer { mosquitto_property_free_all(&props) }
+        if options.protocolVersion == .v5, options.sessionExpirySec > 0 {
+            try check("session expiry", mosquitto_property_add_int32(&props, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), options.sessionExpirySec))
+        }
+        let rc = mosquitto_connect_bind_v5(mosq, options.host, options.port, options.keepAliveSec, nil, props)
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
+            throw MQTTError.library(operation: "connect to \(options.host):\(options.port)", code: rc, message: Self.describe(rc))
+        }
+        let timer = deadline(timeout) { [weak self] in
+            self?.state.withLock { s -> CheckedContinuation<Void, any Error>? in
+                defer { s.connectWaiter = nil }; return s.connectWaiter
+            }?.resume(throwing: MQTTError.timedOut(operation: "connect"))
+        }
+        defer { timer.cancel() }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            state.withLock { $0.connectWaiter = continuation; $0.loopStarted = true }
+            let rc = mosquitto_loop_start(mosq)
+            if rc != MOSQ_ERR_SUCCESS.rawValue {
+                state.withLock { $0.connectWaiter = nil }
+                continuation.resume(throwing: MQTTError.library(operation: "loop start", code: rc, message: Self.describe(rc)))
+            }
+        }
+    }
+
+    /// Waits until every QoS 1 message already handed to us is acknowledged
+    /// (or `timeout` passes), then disconnects and stops the network thread.
+    public func disconnect(timeout: Duration = .seconds(10)) async {
+        await drain(timeout: timeout)
+        state.withLock { $0.closing = true }
+        mosquitto_disconnect_v5(mosq, 0, nil)
+        mosquitto_loop_stop(mosq, false)
+        failAllWaiters(.connectionLost(operation: "disconnect"))
+    }
+
+    /// Waits until no QoS 1 publish is awaiting its acknowledgement.
+    public func drain(timeout: Duration = .seconds(10)) async {
+        let timer = deadline(timeout) { [weak self] in
+            let waiters: [CheckedContinuation<Void, Never>] =
+                self?.state.withLock { s in defer { s.drainWaiters = [] }; return s.drainWaiters } ?? []
+            waiters.forEach { $0.resume() }
+        }
+        defer { timer.cancel() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let done = state.withLock { s -> Bool in
+                if s.acks.isEmpty || !s.connected { return true }
+                s.drainWaiters.append(continuation)
+                return false
+            }
+            if done { continuation.resume() }
+        }
+    }
+
+    /// Number of QoS 1 publishes not yet acknowledged.
+    public var inFlight: Int { state.withLock { $0.acks.count } }
+
+    // MARK: Publish
+
+    /// Queues a message. With `acknowledged`, that closure runs (on the
+    /// network thread) when the broker acknowledges it or the connection drops.
+    public func publish(_ message: MQTTMessage, acknowledged: Acknowledgement? = nil) throws {
+        var props: OpaquePointer? = nil
+        defer { mosquitto_property_free_all(&props) }
+        if let responseTopic = message.responseTopic {
+            try check("set response topic", mosquitto_property_add_string(&props, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), responseTopic))
+        }
+        if let correlation = message.correlationData {
+            let rc = correlation.withUnsafeBytes {
+                mosquitto_property_add_binary(&props, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), $0.baseAddress, UInt16($0.count))
+            }
+            try check("set correlation data", rc)
+        }
+        // Hold the lock across the C call so the acknowledgement callback
+        // cannot run before its closure is registered.
+        let rc: Int32 = state.withLock { s in
+            var mid: Int32 = 0
+            let rc = message.payload.withUnsafeBytes {
+                mosquitto_publish_v5(mosq, &mid, message.topic, Int32($0.count), $0.baseAddress,
+                                     message.qos.rawValue, message.retain, props)
+            }
+            if rc == MOSQ_ERR_SUCCESS.rawValue, message.qos == .atLeastOnce {
+                s.acks[mid] = acknowledged ?? { _ in }
+            }
+            return rc
+        }
+        if rc == MOSQ_ERR_SUCCESS.rawValue, message.qos == .atMostOnce { acknowledged?(.success(())) }
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
+            if rc == MOSQ_ERR_NO_CONN.rawValue { throw MQTTError.notConnected(operation: "publish to \(message.topic)") }
+            throw MQTTError.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))
+        }
+    }
+
+    /// Publishes and waits for the broker's acknowledgement (QoS 1) or the send (QoS 0).
+    public func publishAndWait(_ message: MQTTMessage, timeout: Duration = .seconds(10)) async throws {
+        let box = ResumeOnce<Void>()
+        let timer = deadline(timeout) { box.resume(.failure(MQTTError.timedOut(operation: "publish to \(message.topic)"))) }
+        defer { timer.cancel() }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            box.set(continuation)
+            do {
+                try publish(message) { result in box.resume(result.mapError { $0 }) }
+            } catch {
+                box.resume(.failure(error))
+            }
+        }
+    }
+
+    // MARK: Subscribe
+
+    /// Subscribes and waits for the SUBACK. The filters are remembered and
+    /// subscribed again after every reconnect.
+    public func subscribe(_ filters: [String], qos: QoS = .atLeastOnce, timeout: Duration = .seconds(10)) async throws {
+        for filter in filters where mosquitto_sub_topic_check(filter) != MOSQ_ERR_SUCCESS.rawValue {
+            throw MQTTError.invalidTopic(filter)
+        }
+        state.withLock { s in
+            for filter in filters where !s.subscriptions.contains(where: { $0.filter == filter }) {
+                s.subscriptions.append((filter, qos))
+            }
+        }
+        let timer = deadline(timeout) { [weak self] in
+            let waiters: [CheckedContinuation<Void, any Error>] = self?.state.withLock { s in
+                defer { s.subscribeWaiters = [:] }
+                return s.subscribeWaiters.values.map(\.continuation)
+            } ?? []
+            waiters.forEach { $0.resume(throwing: MQTTError.timedOut(operation: "subscribe")) }
+        }
+        defer { timer.cancel() }
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let rc = state.withLock { s -> Int32 in
+                var mid: Int32 = 0
+                let rc = subscribeMultiple(filters, qos: qos, mid: &mid)
+                if rc == MOSQ_ERR_SUCCESS.rawValue { s.subscribeWaiters[mid] = (filters, continuation) }
+                return rc
+            }
+            if rc != MOSQ_ERR_SUCCESS.rawValue {
+                continuation.resume(throwing: MQTTError.library(operation: "subscribe", code: rc, message: Self.describe(rc)))
+            }
+        }
+    }
+
+    private func subscribeMultiple(_ filters: [String], qos: QoS, mid: inout Int32) -> Int32 {
+        var cStrings = filters.map { strdup($0) }
+        defer { cStrings.forEach { free($0) } }
+        return cStrings.withUnsafeMutableBufferPointer { buffer in
+            buffer.baseAddress!.withMemoryRebound(to: UnsafeMutablePointer<CChar>?.self, capacity: buffer.count) { base in
+                mosquitto_subscribe_multiple(mosq, &mid, Int32(filters.count), base, qos.rawValue, 0, nil)
+            }
+        }
+    }
+
+    // MARK: Request / response
+
+    /// Sends a request with a v5 response topic and random correlation data
+    /// and waits for the matching reply. The caller must be subscribed to
+    /// `responseTopic`.
+    public func request(_ message: MQTTMessage, responseTopic: String, timeout: Duration = .seconds(10)) async throws -> MQTTMessage {
+        var message = message
+        let correlation = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        message.responseTopic = responseTopic
+        message.correlationData = correlation
+        let topic = message.topic
+        let timer = deadline(timeout) { [weak self] in
+            self?.state.withLock { s in s.requests.removeValue(forKey: correlation) }?
+                .resume(throwing: MQTTError.timedOut(operation: "request to \(topic)"))
+        }
+        defer { timer.cancel() }
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<MQTTMessage, any Error>) in
+            state.withLock { $0.requests[correlation] = continuation }
+            do {
+                try publish(message)
+            } catch {
+                state.withLock { $0.requests.removeValue(forKey: correlation) }?.resume(throwing: error)
+            }
+        }
+    }
+
+    // MARK: Callbacks (network thread)
+
+    fileprivate func handleConnect(rc: Int32) {
+        let (waiter, subscriptions, hook, count) = state.withLock { s in
+            defer { s.connectWaiter = nil }
+            if rc == 0 { s.connected = true; s.connectCount += 1 }
+            return (s.connectWaiter, s.subscriptions, s.onConnect, s.connectCount)
+        }
+        guard rc == 0 else {
+            waiter?.resume(throwing: MQTTError.refused(code: rc, reason: String(cString: mosquitto_reason_string(rc))))
+            return
+        }
+        // Re-subscribe on every connect; the broker may have lost the session.
+        for qos in [QoS.atMostOnce, .atLeastOnce] {
+            let filters = subscriptions.filter { $0.qos == qos }.map(\.filter)
+            var mid: Int32 = 0
+            if !filters.isEmpty { _ = subscribeMultiple(filters, qos: qos, mid: &mid) }
+        }
+        hook?(count > 1)
+        waiter?.resume()
+    }
+
+    fileprivate func handleDisconnect(rc: Int32) {
+        state.withLock { $0.connected = false }
+        failAllWaiters(.connectionLost(operation: "in-flight operation"))
+    }
+
+    fileprivate func handlePublished(mid: Int32, reasonCode: Int32) {
+        let (ack, drained) = state.withLock { s in
+            let ack = s.acks.removeValue(forKey: mid)
+            var drained: [CheckedContinuation<Void, Never>] = []
+            if s.acks.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
+            return (ack, drained)
+        }
+        if reasonCode >= 0x80 {
+            ack?(.failure(.library(operation: "publish", code: reasonCode, message: String(cString: mosquitto_reason_string(reasonCode)))))
+        } else {
+            ack?(.success(()))
+        }
+        drained.forEach { $0.resume() }
+    }
+
+    fileprivate func handleSubscribed(mid: Int32, granted: [Int32]) {
+        guard let waiter = state.withLock({ $0.subscribeWaiters.removeValue(forKey: mid) }) else { return }
+        if let index = granted.firstIndex(where: { $0 >= 0x80 }) {
+            let filter = index < waiter.filters.count ? waiter.filters[index] : "?"
+            waiter.continuation.resume(throwing: MQTTError.subscriptionRejected(filter: filter, code: granted[index]))
+        } else {
+            waiter.continuation.resume()
+        }
+    }
+
+    fileprivate func handleMessage(_ message: MQTTMessage) {
+        let (request, handler) = state.withLock { s in
+            (message.correlationData.flatMap { s.requests.removeValue(forKey: $0) }, s.handler)
+        }
+        if let request { request.resume(returning: message); return }
+        handler?(message)
+    }
+
+    private func failAllWaiters(_ error: MQTTError) {
+        let (acks, subs, requests, drains) = state.withLock { s in
+            defer { s.acks = [:]; s.subscribeWaiters = [:]; s.requests = [:]; s.drainWaiters = [] }
+            return (s.acks, s.subscribeWaiters, s.requests, s.drainWaiters)
+        }
+        // Unacknowledged QoS 1 publishes stay in libmosquitto's session and
+        // are resent on reconnect; their waiters learn the connection dropped.
+        acks.values.forEach { $0(.failure(error)) }
+        subs.values.forEach { $0.continuation.resume(throwing: error) }
+        requests.values.forEach { $0.resume(throwing: error) }
+        drains.forEach { $0.resume() }
+    }
+
+    // MARK: Helpers
+
+    private func check(_ operation: String, _ rc: Int32) throws {
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
+            throw MQTTError.library(operation: operation, code: rc, message: Self.describe(rc))
+        }
+    }
+
+    static func describe(_ rc: Int32) -> String {
+        if rc == MOSQ_ERR_ERRNO.rawValue { return String(cString: strerror(errno)) }
+        return String(cString: mosquitto_strerror(rc))
+    }
+
+    private func deadline(_ timeout: Duration, _ fire: @escaping @Sendable () -> Void) -> DispatchWorkItem {
+        let item = DispatchWorkItem(block: fire)
+        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: item)
+        return item
+    }
+
+    fileprivate static func from(_ userdata: UnsafeMutableRawPointer?) -> MQTTClient? {
+        userdata.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }
+    }
+}
+
+/// Resumes a continuation exactly once, whichever of result or timeout comes first.
+final class ResumeOnce<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<T, any Error>?
+    private var pending: Result<T, any Error>?
+
+    func set(_ c: CheckedContinuation<T, any Error>) {
+        lock.lock()
+        if let pending { lock.unlock(); c.resume(with: pending); return }
+        continuation = c
+        lock.unlock()
+    }
+
+    func resume(_ result: Result<T, any Error>) {
+        lock.lock()
+        if let c = continuation {
+            continuation = nil
+            pending = .failure(MQTTError.timedOut(operation: "resumed twice")) // marks done
+            lock.unlock()
+            c.resume(with: result)
+            return
+        }
+        if pending == nil { pending = result }
+        lock.unlock()
+    }
+}
+
+enum MQTTLibrary {
+    static let initialized: Bool = { mosquitto_lib_init(); return true }()
+    static func initialize() { _ = initialized }
+}
+
+// C callbacks: plain functions, not isolated to any actor, since
+// libmosquitto calls them from its own thread.
+
+private func onConnectCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ rc: Int32, _: Int32, _: OpaquePointer?) {
+    MQTTClient.from(userdata)?.handleConnect(rc: rc)
+}
+
+private func onDisconnectCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ rc: Int32, _: OpaquePointer?) {
+    MQTTClient.from(userdata)?.handleDisconnect(rc: rc)
+}
+
+private func onPublishCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ mid: Int32, _ reason: Int32, _: OpaquePointer?) {
+    MQTTClient.from(userdata)?.handlePublished(mid: mid, reasonCode: reason)
+}
+
+private func onSubscribeCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ mid: Int32, _ count: Int32,
+                                 _ granted: UnsafePointer<Int32>?, _: OpaquePointer?) {
+    let codes = granted.map { Array(UnsafeBufferPointer(start: $0, count: Int(count))) } ?? []
+    MQTTClient.from(userdata)?.handleSubscribed(mid: mid, granted: codes)
+}
+
+private func onMessageCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?,
+                               _ raw: UnsafePointer<mosquitto_message>?, _ props: OpaquePointer?) {
+    guard let raw, let client = MQTTClient.from(userdata) else { return }
+    let m = raw.pointee
+    let payload: [UInt8] = m.payloadlen > 0 && m.payload != nil
+        ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen)))
+        : []
+    var responseTopic: String?
+    var correlation: [UInt8]?
+    if let props {
+        var topicPointer: UnsafeMutablePointer<CChar>?
+        if mosquitto_property_read_string(props, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), &topicPointer, false) != nil,
+           let topicPointer {
+            responseTopic = String(cString: topicPointer)
+            free(topicPointer)
+        }
+        var value: UnsafeMutableRawPointer?
+        var length: UInt16 = 0
+        if mosquitto_property_read_binary(props, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), &value, &length, false) != nil,
+           let value {
+            correlation = Array(UnsafeRawBufferPointer(start: value, count: Int(length)))
+            free(value)
+        }
+    }
+    let message = MQTTMessage(topic: String(cString: m.topic), payload: payload,
+                              qos: QoS(rawValue: m.qos) ?? .atLeastOnce, retain: m.retain,
+                              responseTopic: responseTopic, correlationData: correlation)
+    client.handleMessage(message)
+}

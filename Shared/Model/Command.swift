@@ -1,0 +1,71 @@
+/// A command request on `tracker/{device}/cmd/{name}`.
+public struct CommandRequest: Codable, Sendable, Equatable {
+    public var id: JSONValue?
+    public var args: JSONValue?
+    public init(id: JSONValue? = nil, args: JSONValue? = nil) { self.id = id; self.args = args }
+}
+
+/// A command reply: `{"id":…,"ok":true,"result":…}` or `{"id":…,"ok":false,"code":…,"message":…}`.
+public struct CommandReply: Codable, Sendable, Equatable {
+    public var id: JSONValue?
+    public var ok: Bool
+    public var result: JSONValue?
+    public var code: String?
+    public var message: String?
+
+    public static func success(id: JSONValue?, _ result: JSONValue) -> CommandReply {
+        CommandReply(id: id, ok: true, result: result, code: nil, message: nil)
+    }
+    public static func failure(id: JSONValue?, _ error: CommandError) -> CommandReply {
+        CommandReply(id: id, ok: false, result: nil, code: error.code.rawValue, message: error.message)
+    }
+}
+
+/// The stable vocabulary of error codes, for command replies and `error` events.
+public enum ErrorCode: String, Codable, Sendable {
+    case badInput, notReady, notFound, limitReached, invalidConfig, conflict, `internal`
+}
+
+/// A command that failed, with a code from the stable vocabulary.
+public struct CommandError: Error, Sendable, Equatable {
+    public var code: ErrorCode
+    public var message: String
+    public init(_ code: ErrorCode, _ message: String) { self.code = code; self.message = message }
+}
+
+/// Which service answers which command. The gateway answers `notFound` for a
+/// name in no one's list, so a typo gets a reply instead of a timeout.
+public enum CommandCatalog {
+    public static let gateway = ["start", "stop", "currentSession", "getSessions", "getRawFixes", "exportFixture"]
+    public static let filter = ["getDecisions", "getRawPoints"]
+    public static let motion = ["changePace", "addGeofence", "removeGeofence", "removeAllGeofences",
+                                "getGeofences", "getGeofenceEvents", "deleteGeofenceEvents",
+                                "setActiveRoute", "isOffRoute"]
+    public static let track = ["getPoints", "getCount", "getOdometer", "buildTrack", "exportGeoJSON",
+                               "exportPolylineJSON", "exportGPX"]
+    public static let uploader = ["configureSync", "syncNow"]
+    public static let all = Set(gateway + filter + motion + track + uploader)
+}
+
+/// Paging arguments shared by the listing commands.
+public struct PageArgs: Codable, Sendable {
+    public var sessionID: String?
+    public var limit: Int?
+    public var offset: Int?
+    public init(sessionID: String? = nil, limit: Int? = nil, offset: Int? = nil) {
+        self.sessionID = sessionID; self.limit = limit; self.offset = offset
+    }
+
+    public static let maxLimit = 10_000
+
+    /// Checked paging: limit 1…10,000 (default 1,000), offset ≥ 0.
+    public func validated() throws(CommandError) -> (limit: Int, offset: Int) {
+        let limit = self.limit ?? 1_000
+        let offset = self.offset ?? 0
+        guard (1...Self.maxLimit).contains(limit) else {
+            throw CommandError(.badInput, "limit must be 1…\(Self.maxLimit), got \(limit)")
+        }
+        guard offset >= 0 else { throw CommandError(.badInput, "offset must be ≥ 0, got \(offset)") }
+        return (limit, offset)
+    }
+}

@@ -1,0 +1,78 @@
+import Foundation
+
+/// Any JSON value: command arguments and results travel as this, so that a
+/// service decodes only the arguments of the commands it owns.
+public enum JSONValue: Codable, Sendable, Equatable, Hashable {
+    case null
+    case bool(Bool)
+    case number(Double)
+    case string(String)
+    case array([JSONValue])
+    case object([String: JSONValue])
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.singleValueContainer()
+        if container.decodeNil() { self = .null }
+        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
+        else if let value = try? container.decode(Double.self) { self = .number(value) }
+        else if let value = try? container.decode(String.self) { self = .string(value) }
+        else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
+        else { self = .object(try container.decode([String: JSONValue].self)) }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        switch self {
+        case .null: try container.encodeNil()
+        case .bool(let value): try container.encode(value)
+        case .number(let value):
+            // Integral values print without a fraction: ids and times stay integers.
+            if value.rounded() == value, abs(value) < 9e15 { try container.encode(Int64(value)) }
+            else { try container.encode(value) }
+        case .string(let value): try container.encode(value)
+        case .array(let value): try container.encode(value)
+        case .object(let value): try container.encode(value)
+        }
+    }
+
+    /// Converts any Encodable into a JSONValue (for command results).
+    public init(encoding value: some Encodable) throws {
+        let data = try JSONCoding.encoder.encode(value)
+        self = try JSONCoding.decoder.decode(JSONValue.self, from: data)
+    }
+
+    /// Decodes this value as `T` (for command arguments).
+    public func decode<T: Decodable>(_ type: T.Type) throws -> T {
+        try JSONCoding.decoder.decode(T.self, from: JSONCoding.encoder.encode(self))
+    }
+
+    public subscript(key: String) -> JSONValue? {
+        if case .object(let fields) = self { return fields[key] }
+        return nil
+    }
+
+    public var stringValue: String? { if case .string(let s) = self { return s }; return nil }
+    public var doubleValue: Double? { if case .number(let n) = self { return n }; return nil }
+    public var boolValue: Bool? { if case .bool(let b) = self { return b }; return nil }
+    public var arrayValue: [JSONValue]? { if case .array(let a) = self { return a }; return nil }
+    public var int64Value: Int64? { doubleValue.map { Int64($0) } }
+}
+
+/// Shared coders: sorted keys keep wire output stable and diffable.
+public enum JSONCoding {
+    public static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+    public static let decoder = JSONDecoder()
+
+    public static func encode(_ value: some Encodable) -> Data {
+        // Our own model types always encode; a failure here is a programming error.
+        do { return try encoder.encode(value) } catch { preconditionFailure("encoding \(type(of: value)) failed: \(error)") }
+    }
+
+    public static func string(_ value: some Encodable) -> String {
+        String(decoding: encode(value), as: UTF8.self)
+    }
+}

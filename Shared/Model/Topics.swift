@@ -1,0 +1,66 @@
+/// Every topic of the contract, under a configurable prefix (default `tracker`).
+public struct Topics: Sendable, Equatable {
+    public let prefix: String
+
+    public init(prefix: String = "tracker") { self.prefix = prefix }
+
+    public func fixes(_ d: DeviceID) -> String { "\(prefix)/\(d)/fixes" }
+    public func raw(_ d: DeviceID) -> String { "\(prefix)/\(d)/raw" }
+    public func points(_ d: DeviceID) -> String { "\(prefix)/\(d)/points" }
+    public func motion(_ d: DeviceID) -> String { "\(prefix)/\(d)/motion" }
+    public func events(_ d: DeviceID) -> String { "\(prefix)/\(d)/events" }
+    public func live(_ d: DeviceID) -> String { "\(prefix)/\(d)/live" }
+    public func activity(_ d: DeviceID) -> String { "\(prefix)/\(d)/activity" }
+    public func command(_ d: DeviceID, _ name: String) -> String { "\(prefix)/\(d)/cmd/\(name)" }
+    public func reply(_ d: DeviceID, _ name: String) -> String { "\(prefix)/\(d)/reply/\(name)" }
+    public func health(_ service: String) -> String { "\(prefix)/_health/\(service)" }
+
+    // Subscription filters.
+    public var allFixes: String { "\(prefix)/+/fixes" }
+    public var allRaw: String { "\(prefix)/+/raw" }
+    public var allPoints: String { "\(prefix)/+/points" }
+    public var allMotion: String { "\(prefix)/+/motion" }
+    public var allEvents: String { "\(prefix)/+/events" }
+    public var allHealth: String { "\(prefix)/_health/+" }
+    public func allCommands(named name: String) -> String { "\(prefix)/+/cmd/\(name)" }
+    public var anyCommand: String { "\(prefix)/+/cmd/+" }
+    public static let ownTracks = "owntracks/+/+"
+
+    /// What an incoming topic names, once its device segment is checked.
+    public enum Parsed: Equatable, Sendable {
+        case fixes(DeviceID)
+        case raw(DeviceID)
+        case points(DeviceID)
+        case motion(DeviceID)
+        case events(DeviceID)
+        case command(DeviceID, name: String)
+        case ownTracks(DeviceID)
+        /// A topic of ours whose device segment is not a valid id.
+        case invalidDevice(String)
+        case other
+    }
+
+    public func parse(_ topic: String) -> Parsed {
+        let parts = topic.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        if parts.count == 3, parts[0] == "owntracks" {
+            guard let id = DeviceID("\(parts[1]).\(parts[2])") else { return .invalidDevice("\(parts[1]).\(parts[2])") }
+            return .ownTracks(id)
+        }
+        guard parts.count >= 3, parts[0] == prefix else { return .other }
+        let segment = parts[1]
+        if parts.count == 4, parts[2] == "cmd" {
+            guard let id = DeviceID(allowingReserved: segment) else { return .invalidDevice(segment) }
+            return .command(id, name: parts[3])
+        }
+        guard parts.count == 3 else { return .other }
+        guard let id = DeviceID(segment) else { return segment == "_health" ? .other : .invalidDevice(segment) }
+        switch parts[2] {
+        case "fixes": return .fixes(id)
+        case "raw": return .raw(id)
+        case "points": return .points(id)
+        case "motion": return .motion(id)
+        case "events": return .events(id)
+        default: return .other
+        }
+    }
+}

@@ -1,0 +1,74 @@
+import Bus
+import Foundation
+import Model
+import Synchronization
+
+/// Counters a service bumps as it works; published as its health.
+public final class HealthCounters: Sendable {
+    private let state = Mutex(Values())
+
+    struct Values {
+        var processed: Int64 = 0
+        var errors: Int64 = 0
+        var lagMs: Int64 = 0
+        var queueDepth: Int64 = 0
+        var extra: [String: Int64] = [:]
+    }
+
+    public init() {}
+
+    public func processed(_ n: Int64 = 1) { state.withLock { $0.processed += n } }
+    public func error(_ n: Int64 = 1) { state.withLock { $0.errors += n } }
+    public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) } }
+    public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
+    public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
+
+    func snapshot() -> Values { state.withLock { $0 } }
+}
+
+/// Publishes `tracker/_health/{service}` (retained) every interval, and
+/// provides the last will that marks the service offline if it dies.
+public struct HealthReporter: Sendable {
+    public let service: String
+    public let instance: String
+    public let topic: String
+    public let interval: Duration
+    public let counters: HealthCounters
+    public let startedMs: Int64
+    let clock: any WallClock
+
+    public init(service: String, instance: String, topics: Topics, interval: Duration,
+                counters: HealthCounters, clock: any WallClock = SystemWallClock()) {
+        self.service = service
+        self.instance = instance
+        self.topic = topics.health(service)
+        self.interval = interval
+        self.counters = counters
+        self.clock = clock
+        self.startedMs = clock.nowMs()
+    }
+
+    public func health(_ status: Health.Status) -> Health {
+        let values = counters.snapshot()
+        return Health(service: service, status: status, version: TrackerVersion.current, startedMs: startedMs,
+                      timeMs: clock.nowMs(), processed: values.processed, errors: values.errors,
+                      lagMs: values.lagMs, queueDepth: values.queueDepth,
+                      intervalMs: Int64(interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000),
+                      instance: instance, counters: values.extra.isEmpty ? nil : values.extra)
+    }
+
+    public func message(_ status: Health.Status) -> MQTTMessage {
+        MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(health(status))), qos: .atLeastOnce, retain: true)
+    }
+
+    /// The will: the broker publishes it when the connection dies uncleanly.
+    public var will: MQTTMessage { message(.offline) }
+
+    /// Republishes health until cancelled, on the given clock.
+    public func run(client: MQTTClient, clock: some Clock<Duration> = ContinuousClock()) async {
+        while !Task.isCancelled {
+            try? client.publish(message(.online))
+            do { try await clock.sleep(for: interval) } catch { return }
+        }
+    }
+}

@@ -1,0 +1,34 @@
+import Foundation
+import Model
+
+public enum LogLevel: String, Sendable, CaseIterable, Comparable {
+    case debug, info, warning, error
+    var rank: Int { Self.allCases.firstIndex(of: self)! }
+    public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rank < b.rank }
+}
+
+/// Structured JSON-lines logging to stderr: constant messages, data in
+/// metadata. A value, passed to whoever logs.
+public struct Logger: Sendable {
+    public var label: String
+    public var minimum: LogLevel
+
+    public init(label: String, minimum: LogLevel = .info) { self.label = label; self.minimum = minimum }
+
+    public func debug(_ message: String, _ metadata: [String: String] = [:]) { log(.debug, message, metadata) }
+    public func info(_ message: String, _ metadata: [String: String] = [:]) { log(.info, message, metadata) }
+    public func warning(_ message: String, _ metadata: [String: String] = [:]) { log(.warning, message, metadata) }
+    public func error(_ message: String, _ metadata: [String: String] = [:]) { log(.error, message, metadata) }
+
+    public func log(_ level: LogLevel, _ message: String, _ metadata: [String: String]) {
+        guard level >= minimum else { return }
+        var line: [String: String] = metadata
+        line["level"] = level.rawValue
+        line["logger"] = label
+        line["msg"] = message
+        line["timeMs"] = String(Int64(Date().timeIntervalSince1970 * 1000))
+        var data = JSONCoding.encode(line)
+        data.append(0x0A)
+        FileHandle.standardError.write(data)
+    }
+}

@@ -1,0 +1,153 @@
+import Foundation
+import Model
+
+/// A setting that stops a service at start, with the setting's name.
+public struct ConfigError: Error, CustomStringConvertible, Sendable {
+    public let setting: String
+    public let problem: String
+    public init(_ setting: String, _ problem: String) { self.setting = setting; self.problem = problem }
+    public var description: String { "invalid setting '\(setting)': \(problem)" }
+}
+
+/// Reads a service's settings: `config/{service}.json` (or `--config FILE`),
+/// then the `TRACKER_*` environment variables, which win. Every getter
+/// checks type and range and names the setting when it refuses one; keys
+/// nobody read are refused too, so a typo never passes silently.
+public final class SettingsReader {
+    private var values: [String: JSONValue]
+    private var read: Set<String> = []
+    public let source: String
+
+    public init(values: [String: JSONValue], source: String) {
+        self.values = values
+        self.source = source
+    }
+
+    /// Loads the file (absent default file = all defaults) and applies the environment.
+    public static func load(service: String, arguments: [String], environment: [String: String]) throws -> SettingsReader {
+        var path = "config/\(service).json"
+        var explicit = false
+        if let index = arguments.firstIndex(of: "--config") {
+            guard index + 1 < arguments.count else { throw ConfigError("--config", "needs a file path") }
+            path = arguments[index + 1]
+            explicit = true
+        }
+        var values: [String: JSONValue] = [:]
+        if let data = FileManager.default.contents(atPath: path) {
+            guard case .object(let object)? = try? JSONCoding.decoder.decode(JSONValue.self, from: data) else {
+                throw ConfigError(path, "not a JSON object")
+            }
+            values = object
+        } else if explicit {
+            throw ConfigError("--config", "cannot read \(path)")
+        }
+        let reader = SettingsReader(values: values, source: path)
+        try reader.applyEnvironment(environment)
+        return reader
+    }
+
+    static let environmentKeys: [(variable: String, key: String, numeric: Bool)] = [
+        ("TRACKER_MQTT_HOST", "mqttHost", false), ("TRACKER_MQTT_PORT", "mqttPort", true),
+        ("TRACKER_MQTT_USERNAME", "mqttUsername", false), ("TRACKER_MQTT_PASSWORD", "mqttPassword", false),
+        ("TRACKER_DATA_DIR", "dataDir", false), ("TRACKER_TOPIC_PREFIX", "topicPrefix", false),
+        ("TRACKER_INSTANCE", "instance", false),
+    ]
+
+    func applyEnvironment(_ environment: [String: String]) throws {
+        for (variable, key, numeric) in Self.environmentKeys {
+            guard let raw = environment[variable] else { continue }
+            if numeric {
+                guard let number = Double(raw) else { throw ConfigError(variable, "expected a number, got '\(raw)'") }
+                values[key] = .number(number)
+            } else {
+                values[key] = .string(raw)
+            }
+        }
+    }
+
+    public func string(_ key: String, default fallback: String) throws -> String {
+        try optionalString(key) ?? fallback
+    }
+
+    public func optionalString(_ key: String) throws -> String? {
+        read.insert(key)
+        guard let value = values[key], value != .null else { return nil }
+        guard let s = value.stringValue else { throw ConfigError(key, "expected a string, got \(JSONCoding.string(value))") }
+        return s
+    }
+
+    public func choice(_ key: String, default fallback: String, among options: [String]) throws -> String {
+        let value = try string(key, default: fallback)
+        guard options.contains(value) else {
+            throw ConfigError(key, "expected one of \(options.joined(separator: ", ")), got '\(value)'")
+        }
+        return value
+    }
+
+    public func double(_ key: String, default fallback: Double, in range: ClosedRange<Double>) throws -> Double {
+        read.insert(key)
+        guard let value = values[key], value != .null else { return fallback }
+        guard let d = value.doubleValue, d.isFinite else { throw ConfigError(key, "expected a number, got \(JSONCoding.string(value))") }
+        guard range.contains(d) else { throw ConfigError(key, "must be within \(range.lowerBound)…\(range.upperBound), got \(d)") }
+        return d
+    }
+
+    public func optionalDouble(_ key: String, in range: ClosedRange<Double>) throws -> Double? {
+        guard values[key] != nil, values[key] != .null else { read.insert(key); return nil }
+        return try double(key, default: 0, in: range)
+    }
+
+    public func int(_ key: String, default fallback: Int, in range: ClosedRange<Int>) throws -> Int {
+        let d = try double(key, default: Double(fallback), in: Double(range.lowerBound)...Double(range.upperBound))
+        guard d.rounded() == d else { throw ConfigError(key, "expected an integer, got \(d)") }
+        return Int(d)
+    }
+
+    public func bool(_ key: String, default fallback: Bool) throws -> Bool {
+        read.insert(key)
+        guard let value = values[key], value != .null else { return fallback }
+        guard let b = value.boolValue else { throw ConfigError(key, "expected true or false, got \(JSONCoding.string(value))") }
+        return b
+    }
+
+    /// Refuses keys that no getter asked for.
+    public func rejectUnknownKeys() throws {
+        let unknown = Set(values.keys).subtracting(read).sorted()
+        if let first = unknown.first {
+            throw ConfigError(first, "unknown setting in \(source)")
+        }
+    }
+}
+
+/// The settings every service shares.
+public struct CommonSettings: Sendable {
+    public var mqttHost: String
+    public var mqttPort: Int
+    public var mqttUsername: String?
+    public var mqttPassword: String?
+    public var dataDir: String
+    public var topicPrefix: String
+    /// Instance id: the MQTT client id and health identity. Defaults to the service name.
+    public var instance: String
+    public var healthIntervalSec: Double
+    public var logLevel: LogLevel
+
+    public init(service: String, _ reader: SettingsReader) throws {
+        mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
+        mqttPort = try reader.int("mqttPort", default: 1883, in: 1...65_535)
+        mqttUsername = try reader.optionalString("mqttUsername")
+        mqttPassword = try reader.optionalString("mqttPassword")
+        dataDir = try reader.string("dataDir", default: "./data")
+        topicPrefix = try reader.string("topicPrefix", default: "tracker")
+        guard !topicPrefix.isEmpty, !topicPrefix.contains(where: { "/+#".contains($0) }) else {
+            throw ConfigError("topicPrefix", "must be one non-empty topic level without / + #, got '\(topicPrefix)'")
+        }
+        instance = try reader.string("instance", default: "tracker-\(service)")
+        guard DeviceID(instance) != nil else {
+            throw ConfigError("instance", "use 1–64 of A-Z a-z 0-9 . _ -, got '\(instance)'")
+        }
+        healthIntervalSec = try reader.double("healthIntervalSec", default: 5, in: 0.1...3_600)
+        let level = try reader.choice("logLevel", default: "info", among: LogLevel.allCases.map(\.rawValue))
+        logLevel = LogLevel(rawValue: level) ?? .info
+    }
+}

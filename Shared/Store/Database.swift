@@ -1,0 +1,210 @@
+import CSQLite
+import Foundation
+
+// SQLITE_TRANSIENT tells SQLite to copy bound text/blobs before bind returns.
+private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// One SQLite connection. It owns the C handle and closes it in `deinit`.
+/// Not thread-safe by itself: each service confines its database to one
+/// serial context (a lock or an actor), as SQLite's own docs recommend.
+public final class Database {
+    let handle: OpaquePointer
+    public let path: String
+    private var cache: [String: Statement] = [:]
+    private var transactionDepth = 0
+
+    /// Opens (creating if needed) the file at `path` in WAL mode with
+    /// `synchronous=NORMAL`: a commit survives a process kill; only an OS
+    /// crash may lose the last few.
+    public init(path: String) throws {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let db { sqlite3_close_v2(db) }
+            throw StoreError(code: rc, message: "\(message) (\(path))", sql: nil)
+        }
+        handle = db
+        self.path = path
+        sqlite3_busy_timeout(db, 5_000)
+        if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
+        try execute("PRAGMA synchronous=NORMAL")
+        try execute("PRAGMA foreign_keys=ON")
+    }
+
+    deinit {
+        cache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    /// Runs one or more statements that return no rows.
+    public func execute(_ sql: String) throws {
+        var errorMessage: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &errorMessage)
+        if rc != SQLITE_OK {
+            let message = errorMessage.map { String(cString: $0) } ?? String(cString: sqlite3_errmsg(handle))
+            sqlite3_free(errorMessage)
+            throw StoreError(code: rc, message: message, sql: sql)
+        }
+    }
+
+    /// A prepared statement, cached by its SQL text and reset for reuse.
+    public func statement(_ sql: String) throws -> Statement {
+        if let cached = cache[sql] {
+            cached.reset()
+            return cached
+        }
+        let statement = try Statement(database: self, sql: sql)
+        cache[sql] = statement
+        return statement
+    }
+
+    /// Runs `sql` with `bindings` and returns nothing.
+    public func run(_ sql: String, _ bindings: SQLValue...) throws {
+        let statement = try statement(sql)
+        try statement.bind(bindings)
+        try statement.runToEnd()
+    }
+
+    /// Maps every row of a query.
+    public func query<T>(_ sql: String, _ bindings: [SQLValue] = [], map: (Row) throws -> T) throws -> [T] {
+        let statement = try statement(sql)
+        try statement.bind(bindings)
+        var rows: [T] = []
+        while let row = try statement.step() { rows.append(try map(row)) }
+        return rows
+    }
+
+    /// The first row of a query, if any.
+    public func first<T>(_ sql: String, _ bindings: [SQLValue] = [], map: (Row) throws -> T) throws -> T? {
+        let statement = try statement(sql)
+        try statement.bind(bindings)
+        defer { statement.reset() }
+        return try statement.step().map(map)
+    }
+
+    /// Runs `body` in a transaction; nested calls join the outer one. A thrown
+    /// error rolls everything back.
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        if transactionDepth > 0 {
+            transactionDepth += 1
+            defer { transactionDepth -= 1 }
+            return try body()
+        }
+        try execute("BEGIN IMMEDIATE")
+        transactionDepth = 1
+        defer { transactionDepth = 0 }
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
+    func error(_ rc: Int32, sql: String?) -> StoreError {
+        StoreError(code: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+}
+
+/// A value bound to or read from SQLite.
+public enum SQLValue: Sendable, Equatable {
+    case null
+    case integer(Int64)
+    case real(Double)
+    case text(String)
+    case blob([UInt8])
+
+    public static func int(_ v: Int64?) -> SQLValue { v.map(SQLValue.integer) ?? .null }
+    public static func int(_ v: Int?) -> SQLValue { v.map { .integer(Int64($0)) } ?? .null }
+    public static func double(_ v: Double?) -> SQLValue { v.map(SQLValue.real) ?? .null }
+    public static func string(_ v: String?) -> SQLValue { v.map(SQLValue.text) ?? .null }
+    public static func bool(_ v: Bool?) -> SQLValue { v.map { .integer($0 ? 1 : 0) } ?? .null }
+    public static func json(_ data: Data) -> SQLValue { .text(String(decoding: data, as: UTF8.self)) }
+}
+
+/// A prepared statement owned by its database's cache.
+public final class Statement {
+    let pointer: OpaquePointer
+    let sql: String
+    unowned let database: Database
+
+    init(database: Database, sql: String) throws {
+        var pointer: OpaquePointer?
+        let rc = sqlite3_prepare_v3(database.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &pointer, nil)
+        guard rc == SQLITE_OK, let pointer else { throw database.error(rc, sql: sql) }
+        self.pointer = pointer
+        self.sql = sql
+        self.database = database
+    }
+
+    deinit { sqlite3_finalize(pointer) }
+
+    func reset() {
+        sqlite3_reset(pointer)
+        sqlite3_clear_bindings(pointer)
+    }
+
+    public func bind(_ values: [SQLValue]) throws {
+        for (offset, value) in values.enumerated() {
+            let index = Int32(offset + 1)
+            let rc: Int32
+            switch value {
+            case .null: rc = sqlite3_bind_null(pointer, index)
+            case .integer(let v): rc = sqlite3_bind_int64(pointer, index, v)
+            case .real(let v): rc = sqlite3_bind_double(pointer, index, v)
+            case .text(let v): rc = sqlite3_bind_text(pointer, index, v, -1, sqliteTransient)
+            case .blob(let v): rc = v.withUnsafeBytes {
+                sqlite3_bind_blob(pointer, index, $0.baseAddress, Int32($0.count), sqliteTransient)
+            }
+            }
+            guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
+        }
+    }
+
+    /// The next row, or nil when done.
+    public func step() throws -> Row? {
+        let rc = sqlite3_step(pointer)
+        switch rc {
+        case SQLITE_ROW: return Row(statement: self)
+        case SQLITE_DONE: return nil
+        default:
+            let error = database.error(rc, sql: sql)
+            sqlite3_reset(pointer)
+            throw error
+        }
+    }
+
+    public func runToEnd() throws {
+        while try step() != nil {}
+        sqlite3_reset(pointer)
+    }
+}
+
+/// The current row of a statement; valid until the next step.
+public struct Row {
+    let statement: Statement
+
+    public func isNull(_ i: Int32) -> Bool { sqlite3_column_type(statement.pointer, i) == SQLITE_NULL }
+    public func int64(_ i: Int32) -> Int64 { sqlite3_column_int64(statement.pointer, i) }
+    public func int(_ i: Int32) -> Int { Int(int64(i)) }
+    public func double(_ i: Int32) -> Double { sqlite3_column_double(statement.pointer, i) }
+    public func optionalInt64(_ i: Int32) -> Int64? { isNull(i) ? nil : int64(i) }
+    public func optionalDouble(_ i: Int32) -> Double? { isNull(i) ? nil : double(i) }
+    public func string(_ i: Int32) -> String {
+        guard let c = sqlite3_column_text(statement.pointer, i) else { return "" }
+        return String(cString: c)
+    }
+    public func optionalString(_ i: Int32) -> String? { isNull(i) ? nil : string(i) }
+    public func data(_ i: Int32) -> Data {
+        let count = Int(sqlite3_column_bytes(statement.pointer, i))
+        guard count > 0, let bytes = sqlite3_column_blob(statement.pointer, i) else { return Data() }
+        return Data(bytes: bytes, count: count)
+    }
+}
