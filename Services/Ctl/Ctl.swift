@@ -1,0 +1,240 @@
+import Bus
+import Foundation
+import Model
+import Runtime
+
+/// `trackerctl`: the command line for people and scripts.
+@main
+struct Ctl {
+    static let usage = """
+        usage: trackerctl <command> [options]
+          replay FILE --device ID [--speed N] [--rebase]   publish a JSON Lines or GPX recording
+          events [--device D] [--json] [--count N] [--timeout S]
+                                                           print events as they arrive
+          cmd DEVICE NAME [JSON-ARGS] [--timeout S] [--v311] send a command, print the reply
+          health [--wait S]                                table of every service's health
+        common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX)
+        """
+
+    static func main() async {
+        var args = Arguments(Array(CommandLine.arguments.dropFirst()))
+        guard let command = args.positional() else { fail(usage, code: 64) }
+        do {
+            let connection = try Connection(&args)
+            switch command {
+            case "replay": try await replay(&args, connection)
+            case "events": try await events(&args, connection)
+            case "cmd": try await cmd(&args, connection)
+            case "health": try await health(&args, connection)
+            case "help", "--help", "-h": print(usage)
+            default: fail("unknown command '\(command)'\n\(usage)", code: 64)
+            }
+        } catch let error as UsageError {
+            fail("trackerctl: \(error.message)\n\(usage)", code: 64)
+        } catch {
+            fail("trackerctl: \(error)", code: 1)
+        }
+    }
+
+    static func fail(_ message: String, code: Int32) -> Never {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+        exit(code)
+    }
+
+    // MARK: replay
+
+    static func replay(_ args: inout Arguments, _ connection: Connection) async throws {
+        guard let path = args.positional() else { throw UsageError("replay needs a FILE") }
+        guard let deviceText = args.value("--device") else { throw UsageError("replay needs --device ID") }
+        guard let device = DeviceID(deviceText) else { throw UsageError("--device: '\(deviceText)' is not a valid device id") }
+        let speedText = args.value("--speed") ?? "1"
+        guard let speed = Double(speedText), speed >= 0, speed.isFinite else {
+            throw UsageError("--speed: expected a number ≥ 0, got '\(speedText)'")
+        }
+        var recording = try Recording.load(path: path)
+        if args.flag("--rebase") { recording = try recording.rebased(to: Date().timeIntervalSince1970) }
+        try args.finish()
+
+        let client = try await connection.connect()
+        let topic = connection.topics.fixes(device)
+        let clock = ContinuousClock()
+        let started = clock.now
+        let firstT = recording.lines.compactMap(\.t).first
+        let failures = FailureCount()
+        for line in recording.lines {
+            if speed > 0, let t = line.t, let firstT {
+                let due = started + .milliseconds(Int64((t - firstT) / speed * 1000))
+                if due > clock.now { try await clock.sleep(until: due) }
+            }
+            // Keep the in-flight window bounded so a fast replay does not balloon memory.
+            while client.inFlight > 2_000 { await Task.yield() }
+            try client.publish(MQTTMessage(topic: topic, payload: Array(line.payload.utf8))) { result in
+                if case .failure = result { failures.add() }
+            }
+        }
+        await client.drain(timeout: .seconds(60))
+        let unacknowledged = client.inFlight + failures.value
+        await client.disconnect()
+        let elapsed = clock.now - started
+        guard unacknowledged == 0 else {
+            fail("trackerctl: \(unacknowledged) fix(es) not acknowledged by the broker", code: 1)
+        }
+        print("replayed \(recording.lines.count) fixes to \(topic) in \(elapsed.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 2))))")
+    }
+
+    // MARK: events
+
+    static func events(_ args: inout Arguments, _ connection: Connection) async throws {
+        let device = args.value("--device")
+        let json = args.flag("--json")
+        let count = try args.int("--count")
+        let timeout = try args.double("--timeout")
+        try args.finish()
+        if let device, DeviceID(allowingReserved: device) == nil { throw UsageError("--device: '\(device)' is not a valid device id") }
+        let client = try await connection.connect(name: "events")
+        let stream = client.messages()
+        try await client.subscribe([device.map { "\(connection.topics.prefix)/\($0)/events" } ?? connection.topics.allEvents])
+        if let timeout {
+            Task { try await Task.sleep(for: .milliseconds(Int64(timeout * 1000))); exit(count == nil ? 0 : 3) }
+        }
+        var seen = 0
+        for await message in stream {
+            if json {
+                print(message.string)
+            } else if let event = try? JSONCoding.decoder.decode(Event.self, from: Data(message.payload)) {
+                print(EventText.line(event))
+            } else {
+                print("? \(message.topic) \(message.string)")
+            }
+            fflush(nil)
+            seen += 1
+            if let count, seen >= count { break }
+        }
+        await client.disconnect()
+    }
+
+    // MARK: cmd
+
+    static func cmd(_ args: inout Arguments, _ connection: Connection) async throws {
+        guard let deviceText = args.positional(), let name = args.positional() else {
+            throw UsageError("cmd needs DEVICE and NAME")
+        }
+        guard let device = DeviceID(allowingReserved: deviceText) else { throw UsageError("'\(deviceText)' is not a valid device id") }
+        var request = CommandRequest(id: .string(UUID().uuidString.lowercased()))
+        if let argsText = args.positional() {
+            guard let value = try? JSONCoding.decoder.decode(JSONValue.self, from: Data(argsText.utf8)), case .object = value else {
+                throw UsageError("JSON-ARGS must be a JSON object, got \(argsText)")
+            }
+            request.args = value
+        }
+        let timeout = try args.double("--timeout") ?? 10
+        let v311 = args.flag("--v311")
+        try args.finish()
+        let client = try await connection.connect(name: "cmd", protocolVersion: v311 ? .v311 : .v5)
+        let payload = Array(JSONCoding.encode(request))
+        let topic = connection.topics.command(device, name)
+        let reply: MQTTMessage
+        do {
+            if v311 {
+                // MQTT 3.1.1 has no response topic: the reply comes on tracker/{device}/reply/{name} with our id.
+                let stream = client.messages()
+                try await client.subscribe([connection.topics.reply(device, name)])
+                try client.publish(MQTTMessage(topic: topic, payload: payload))
+                let requestID = request.id
+                reply = try await first(in: stream, timeout: timeout) { message in
+                    (try? JSONCoding.decoder.decode(CommandReply.self, from: Data(message.payload)))?.id == requestID
+                }
+            } else {
+                let responseTopic = "\(connection.topics.prefix)/_ctl/\(client.options.clientID)/reply"
+                try await client.subscribe([responseTopic])
+                reply = try await client.request(MQTTMessage(topic: topic, payload: payload), responseTopic: responseTopic,
+                                                  timeout: .milliseconds(Int64(timeout * 1000)))
+            }
+        } catch MQTTError.timedOut {
+            fail("trackerctl: no reply to \(name) for \(device) within \(timeout) s (is the service running?)", code: 3)
+        }
+        await client.disconnect()
+        let decoded = try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
+        let pretty = JSONEncoder()
+        pretty.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        print(String(decoding: try pretty.encode(decoded), as: UTF8.self))
+        if !decoded.ok { exit(1) }
+    }
+
+    /// The first message that matches, or a timeout. The stream is ours alone, so ending it is fine.
+    static func first(in stream: AsyncStream<MQTTMessage>, timeout: Double,
+                      where match: @escaping @Sendable (MQTTMessage) -> Bool) async throws -> MQTTMessage {
+        try await withThrowingTaskGroup(of: MQTTMessage?.self) { group in
+            group.addTask { for await m in stream where match(m) { return m }; return nil }
+            group.addTask { try await Task.sleep(for: .milliseconds(Int64(timeout * 1000))); return nil }
+            defer { group.cancelAll() }
+            guard let result = try await group.next(), let message = result else {
+                throw MQTTError.timedOut(operation: "reply")
+            }
+            return message
+        }
+    }
+
+    // MARK: health
+
+    static func health(_ args: inout Arguments, _ connection: Connection) async throws {
+        let wait = try args.double("--wait") ?? 1
+        try args.finish()
+        let client = try await connection.connect(name: "health")
+        let collected = HealthBox()
+        client.setHandler { message in
+            if let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload)) { collected.add(health) }
+        }
+        try await client.subscribe([connection.topics.allHealth])
+        // Retained messages arrive right after the subscription; give them a moment.
+        try await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
+        await client.disconnect()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let rows = collected.all.sorted { $0.service < $1.service }
+        if rows.isEmpty { print("no service has published health under \(connection.topics.prefix)/_health/"); exit(1) }
+        print("SERVICE    STATUS   INSTANCE                 VERSION  PROCESSED  ERRORS  LAG_MS    QUEUE  AGE_S  NOTE")
+        for h in rows {
+            let age = Double(now - h.timeMs) / 1000
+            let interval = Double(h.intervalMs ?? 5_000) / 1000
+            let stale = h.status == .online && age > 2 * interval + 1
+            let note = stale ? "STALE: not heard from for \(Int(age)) s (interval \(interval) s)" : ""
+            func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s + " " : s + String(repeating: " ", count: n - s.count) }
+            print(pad(h.service, 11) + pad(h.status.rawValue, 9) + pad(h.instance ?? "-", 25) + pad(h.version, 9)
+                  + String(format: "%9lld %7lld %7lld %8lld %6.1f  ", h.processed, h.errors, h.lagMs, h.queueDepth, age) + note)
+        }
+    }
+}
+
+/// A formatted, one-line view of an event.
+enum EventText {
+    static func line(_ e: Event) -> String {
+        let time = Date(timeIntervalSince1970: Double(e.timeMs) / 1000)
+        let stamp = time.formatted(.iso8601.time(includingFractionalSeconds: true))
+        let detail: String
+        switch e.body {
+        case .location(let p):
+            detail = String(format: "#%lld %.6f,%.6f ±%.0f m odometer %.1f m", p.seq, p.latitude, p.longitude, p.accuracyM, p.odometerM)
+        case .locationRejected(let d): detail = "#\(d.seq) \(d.reason)"
+        case .sessionStarted(let s): detail = "session \(s.id) tag \(s.tag ?? "-")"
+        case .sessionStopped(let s): detail = "session \(s.id) ended \(s.endMs.map(String.init) ?? "-")"
+        case .trackingGap(let d, let m): detail = String(format: "%.0f s, %.0f m", d, m)
+        case .diagnostic(let code, let message), .error(let code, let message): detail = "\(code): \(message)"
+        case .other(_, let fields): detail = JSONCoding.string(JSONValue.object(fields))
+        }
+        return "\(stamp) \(e.device) \(e.type) \(detail)"
+    }
+}
+
+final class FailureCount: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
+}
+
+final class HealthBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var byService: [String: Health] = [:]
+    func add(_ h: Health) { lock.withLock { byService[h.service] = h } }
+    var all: [Health] { lock.withLock { Array(byService.values) } }
+}

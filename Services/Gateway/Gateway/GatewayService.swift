@@ -1,0 +1,324 @@
+import Bus
+import Foundation
+import GatewayCore
+import Model
+import Runtime
+
+/// The gateway's settings, read from `config/gateway.json` and the environment.
+struct GatewaySettings {
+    var ringCapacity: Int
+    var sessionPolicy: SessionPolicy
+    var validator: FixValidator
+    var ownTracks: Bool
+
+    init(_ reader: SettingsReader) throws {
+        ringCapacity = try reader.int("ringCapacity", default: 50_000, in: 10...10_000_000)
+        sessionPolicy = SessionPolicy(
+            autoSession: try reader.bool("autoSession", default: true),
+            idleTimeoutMs: Int64(try reader.double("sessionIdleTimeoutSec", default: 1_800, in: 1...31_536_000) * 1000))
+        let staleness = try reader.optionalDouble("stalenessCeilingSec", in: 1...315_360_000)
+        validator = FixValidator(
+            maxFutureMs: Int64(try reader.double("maxFutureSec", default: 600, in: 0...31_536_000) * 1000),
+            stalenessCeilingMs: staleness.map { Int64($0 * 1000) },
+            mockPolicy: FixValidator.MockPolicy(rawValue: try reader.choice(
+                "mockPolicy", default: "accept", among: FixValidator.MockPolicy.allCases.map(\.rawValue)))!,
+            maxPayloadBytes: try reader.int("maxPayloadBytes", default: 256 * 1024, in: 1_024...16 * 1024 * 1024))
+        ownTracks = try reader.bool("ownTracks", default: true)
+    }
+}
+
+/// Takes fixes from devices, validates them, numbers them, keeps the raw
+/// ring and publishes each accepted fix on `tracker/{device}/raw`.
+///
+/// @unchecked Sendable: every entry point takes `lock`, which guards all
+/// mutable state (the store, the cache); the bus calls `handle` from one thread.
+final class GatewayService: TrackerService, @unchecked Sendable {
+    private let context: ServiceContext
+    private let settings: GatewaySettings
+    private let store: GatewayStore
+    private let parser: FixParser
+    private let rules: SessionRules
+    private let acks = AckTracker()
+    private let lock = NSLock()
+    private var devices: [DeviceID: GatewayStore.DeviceRow] = [:]
+    private var republished = false
+
+    private var topics: Topics { context.topics }
+
+    init(context: ServiceContext, settings: GatewaySettings) throws {
+        self.context = context
+        self.settings = settings
+        self.store = try GatewayStore(path: context.databasePath())
+        self.parser = FixParser(validator: settings.validator)
+        self.rules = SessionRules(policy: settings.sessionPolicy)
+        for (device, acked) in try store.allDevices() { acks.restore(device, ackedThrough: acked) }
+    }
+
+    var subscriptions: [String] {
+        [topics.allFixes, topics.anyCommand] + (settings.ownTracks ? [Topics.ownTracks] : [])
+    }
+
+    // MARK: Messages
+
+    func handle(_ message: MQTTMessage) {
+        lock.lock()
+        defer { lock.unlock() }
+        let nowMs = context.clock.nowMs()
+        switch topics.parse(message.topic) {
+        case .fixes(let device):
+            ingest(parser.parseDevicePayload(message.payload, nowMs: nowMs), device: device, nowMs: nowMs)
+        case .ownTracks(let device):
+            ingest(parser.parseOwnTracksPayload(message.payload, nowMs: nowMs), device: device, nowMs: nowMs)
+        case .command(let device, let name):
+            command(message, device: device, name: name)
+        case .invalidDevice(let segment):
+            context.counters.count("invalidTopic")
+            context.logger.warning("payload on a topic with an invalid device id", ["mqtt.topic": message.topic, "device": segment])
+        default:
+            break
+        }
+    }
+
+    private func ingest(_ parsed: ParsedPayload, device: DeviceID, nowMs: Int64) {
+        switch parsed {
+        case .refused(let problem):
+            reportBadInput(device, problem, nowMs: nowMs)
+        case .ignored(let reason):
+            context.counters.count("ignored")
+            context.publish(Event(device: device, timeMs: nowMs, .diagnostic(code: "ignored", message: reason)))
+        case .fixes(let results):
+            var valid: [NormalizedFix] = []
+            for result in results {
+                switch result {
+                case .success(let fix): valid.append(fix)
+                case .failure(let problem): reportBadInput(device, problem, nowMs: nowMs)
+                }
+            }
+            if !valid.isEmpty { accept(valid, device: device, nowMs: nowMs) }
+        }
+    }
+
+    private func reportBadInput(_ device: DeviceID, _ problem: InputProblem, nowMs: Int64) {
+        context.counters.error()
+        context.publish(Event(device: device, timeMs: nowMs, .error(code: ErrorCode.badInput.rawValue, message: problem.message)))
+    }
+
+    /// Numbers and stores the fixes in one transaction, then publishes them.
+    private func accept(_ fixes: [NormalizedFix], device: DeviceID, nowMs: Int64) {
+        var published: [(RawFix, Data)] = []
+        var sessionEffects: [SessionEffect] = []
+        var duplicates: [Int64] = []
+        do {
+            try store.db.transaction {
+                var row = try deviceRow(device)
+                for fix in fixes {
+                    if try store.hasFix(device, timeMs: fix.timeMs) { duplicates.append(fix.timeMs); continue }
+                    sessionEffects += rules.fixArrived(&row.sessions, device: device, fixMs: fix.timeMs,
+                                                       receivedMs: nowMs, newID: Self.newSessionID)
+                    row.lastSeq += 1
+                    let raw = RawFix(device: device, seq: row.lastSeq, sessionID: row.sessions.current?.id,
+                                     timeMs: fix.timeMs, receivedMs: nowMs, source: fix.source,
+                                     latitude: fix.latitude, longitude: fix.longitude, accuracyM: fix.accuracyM,
+                                     speedMps: fix.speedMps, courseDeg: fix.courseDeg, altitudeM: fix.altitudeM,
+                                     verticalAccuracyM: fix.verticalAccuracyM, mock: fix.mock, batteryPct: fix.batteryPct)
+                    let body = JSONCoding.encode(raw)
+                    try store.insertFix(raw, body: body)
+                    published.append((raw, body))
+                }
+                for effect in sessionEffects {
+                    switch effect { case .opened(let s), .closed(let s): try store.saveSession(s) }
+                }
+                row.ackedThrough = max(row.ackedThrough, acks.ackedThrough(device) ?? 0)
+                try store.saveDevice(device, row)
+                if row.lastSeq % 256 == 0 || published.count > 1 {
+                    try store.trim(device, lastSeq: row.lastSeq, ackedThrough: row.ackedThrough, capacity: settings.ringCapacity)
+                }
+                devices[device] = row
+            }
+        } catch {
+            // The transaction rolled back: forget the cached row so it reloads.
+            devices[device] = nil
+            context.counters.error()
+            context.logger.error("store failed; fixes not accepted", ["device": device.rawValue, "error": "\(error)"])
+            context.publish(Event(device: device, timeMs: nowMs, .error(code: ErrorCode.internal.rawValue,
+                                                                        message: "store failed: \(error)")))
+            return
+        }
+        for effect in sessionEffects { publishSessionEffect(effect, nowMs: nowMs) }
+        for (raw, body) in published { publishRaw(device, seq: raw.seq, body: Array(body)) }
+        if let last = published.last { context.counters.lag(nowMs - last.0.timeMs) }
+        context.counters.processed(Int64(published.count))
+        if !duplicates.isEmpty {
+            context.counters.count("duplicates", Int64(duplicates.count))
+            let list = duplicates.map { String(format: "%.3f", Double($0) / 1000) }.joined(separator: ", ")
+            context.publish(Event(device: device, timeMs: nowMs, .diagnostic(
+                code: "duplicateFix", message: "dropped \(duplicates.count) fix(es) already received with the same t: \(list)")))
+        }
+        context.counters.queueDepth(Int64(acks.pendingCount))
+    }
+
+    private func deviceRow(_ device: DeviceID) throws -> GatewayStore.DeviceRow {
+        if let cached = devices[device] { return cached }
+        return try store.device(device) ?? GatewayStore.DeviceRow(lastSeq: 0, ackedThrough: 0, sessions: DeviceSessions())
+    }
+
+    private func publishRaw(_ device: DeviceID, seq: Int64, body: [UInt8]) {
+        acks.sent(device, seq)
+        let acks = self.acks
+        do {
+            try context.client.publish(MQTTMessage(topic: topics.raw(device), payload: body)) { result in
+                if case .success = result { acks.acknowledged(device, seq) }
+            }
+        } catch {
+            // Stays unacknowledged in the ring; republished on the next start.
+            context.logger.warning("raw fix not published yet", ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
+        }
+    }
+
+    private func publishSessionEffect(_ effect: SessionEffect, nowMs: Int64) {
+        switch effect {
+        case .opened(let s): context.publish(Event(device: s.device, timeMs: nowMs, .sessionStarted(s)))
+        case .closed(let s): context.publish(Event(device: s.device, timeMs: nowMs, .sessionStopped(s)))
+        }
+    }
+
+    static func newSessionID() -> String { UUID().uuidString.lowercased() }
+
+    // MARK: Restart safety
+
+    /// On the first connect, republish every stored fix the broker may not
+    /// have received before the last run ended (consumers skip seqs they have).
+    func connected(reconnect: Bool) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !republished else { return }
+        republished = true
+        do {
+            var count = 0
+            for (device, acked) in try store.allDevices() {
+                for (seq, body) in try store.unacknowledged(device, after: acked) {
+                    publishRaw(device, seq: seq, body: Array(body.utf8))
+                    count += 1
+                }
+            }
+            if count > 0 { context.logger.info("republished unacknowledged raw fixes", ["count": "\(count)"]) }
+        } catch {
+            context.logger.error("cannot read the outbox", ["error": "\(error)"])
+        }
+    }
+
+    func tick() {
+        lock.lock()
+        defer { lock.unlock() }
+        let nowMs = context.clock.nowMs()
+        do {
+            try store.db.transaction {
+                for (device, acked) in acks.all() where acked > (devices[device]?.ackedThrough ?? 0) {
+                    try store.saveAckedThrough(device, acked)
+                    devices[device]?.ackedThrough = acked
+                }
+                for (device, var row) in devices {
+                    guard let effect = rules.sweep(&row.sessions, nowMs: nowMs) else { continue }
+                    if case .closed(let s) = effect { try store.saveSession(s) }
+                    try store.saveDevice(device, row)
+                    devices[device] = row
+                    publishSessionEffect(effect, nowMs: nowMs)
+                }
+            }
+        } catch {
+            context.logger.error("periodic save failed", ["error": "\(error)"])
+        }
+        context.counters.queueDepth(Int64(acks.pendingCount))
+    }
+
+    func close() {
+        tick()
+    }
+
+    // MARK: Commands
+
+    private func command(_ message: MQTTMessage, device: DeviceID, name: String) {
+        let owned = CommandCatalog.gateway.contains(name)
+        guard owned || !CommandCatalog.all.contains(name) else { return }  // another service answers it
+        guard let command = context.responder.parse(message, device: device, name: name) else { return }
+        context.responder.answer(command) {
+            guard owned else { throw CommandError(.notFound, "no command named '\(name)'") }
+            guard !device.isReserved else { throw CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)") }
+            return try run(command)
+        }
+    }
+
+    private struct StartArgs: Decodable { var tag: String? }
+    private struct RangeArgs: Decodable { var fromMs: Int64?; var toMs: Int64? }
+    private struct ExportArgs: Decodable { var sessionID: String; var name: String }
+
+    struct Fixture: Encodable {
+        var name: String
+        var sessionID: String
+        var count: Int
+        var jsonl: String
+    }
+
+    private func run(_ command: IncomingCommand) throws -> any Encodable {
+        let device = command.device
+        let nowMs = context.clock.nowMs()
+        switch command.name {
+        case "start":
+            let args = try command.arguments(StartArgs.self)
+            if let tag = args.tag, tag.count > 200 { throw CommandError(.badInput, "tag: longer than 200 characters") }
+            var row = try deviceRow(device)
+            let effects = rules.start(&row.sessions, device: device, tag: args.tag, nowMs: nowMs, newID: Self.newSessionID)
+            try store.db.transaction {
+                for effect in effects { switch effect { case .opened(let s), .closed(let s): try store.saveSession(s) } }
+                try store.saveDevice(device, row)
+            }
+            devices[device] = row
+            effects.forEach { publishSessionEffect($0, nowMs: nowMs) }
+            return row.sessions.current
+        case "stop":
+            var row = try deviceRow(device)
+            let closed = try rules.stop(&row.sessions, nowMs: nowMs)
+            try store.db.transaction {
+                try store.saveSession(closed)
+                try store.saveDevice(device, row)
+            }
+            devices[device] = row
+            publishSessionEffect(.closed(closed), nowMs: nowMs)
+            return closed
+        case "currentSession":
+            return try deviceRow(device).sessions.current
+        case "getSessions":
+            let args = try command.arguments(RangeArgs.self)
+            return try store.sessions(device, fromMs: args.fromMs, toMs: args.toMs)
+        case "getRawFixes":
+            let args = try command.arguments(PageArgs.self)
+            let page = try args.validated()
+            if let id = args.sessionID { try requireSession(id, of: device) }
+            return try store.rawFixes(device, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+        case "exportFixture":
+            let args = try command.arguments(ExportArgs.self)
+            guard DeviceID(args.name) != nil else {
+                throw CommandError(.badInput, "name: use 1–64 of A-Z a-z 0-9 . _ - for a fixture name")
+            }
+            try requireSession(args.sessionID, of: device)
+            var lines: [String] = []
+            var offset = 0
+            while true {
+                let page = try store.rawFixes(device, sessionID: args.sessionID, limit: 5_000, offset: offset)
+                lines += page.map { JSONCoding.string($0.deviceFix) }
+                if page.count < 5_000 { break }
+                offset += page.count
+            }
+            return Fixture(name: args.name, sessionID: args.sessionID, count: lines.count,
+                           jsonl: lines.joined(separator: "\n") + (lines.isEmpty ? "" : "\n"))
+        default:
+            throw CommandError(.notFound, "no command named '\(command.name)'")
+        }
+    }
+
+    private func requireSession(_ id: String, of device: DeviceID) throws {
+        guard let session = try store.session(id: id), session.device == device else {
+            throw CommandError(.notFound, "sessionID: no session '\(id)' for device \(device)")
+        }
+    }
+}

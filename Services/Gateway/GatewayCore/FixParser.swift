@@ -1,0 +1,174 @@
+import Foundation
+import Model
+
+/// What one payload on `tracker/{device}/fixes` or `owntracks/{user}/{device}` holds.
+public enum ParsedPayload: Equatable, Sendable {
+    /// The fixes it carried, each valid or not: one bad element never spoils the batch.
+    case fixes([Result<NormalizedFix, InputProblem>])
+    /// Not a fix at all (an OwnTracks `_type` other than `location`).
+    case ignored(reason: String)
+    /// The payload as a whole is unusable.
+    case refused(InputProblem)
+}
+
+/// What was wrong with an input, naming the field: the text of a `badInput` error event.
+public struct InputProblem: Error, Equatable, Sendable, CustomStringConvertible {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// A fix that passed validation, in the units of the internal messages.
+public struct NormalizedFix: Equatable, Sendable {
+    public var timeMs: Int64
+    public var latitude: Double
+    public var longitude: Double
+    public var accuracyM: Double
+    public var speedMps: Double?
+    public var courseDeg: Double?
+    public var altitudeM: Double?
+    public var verticalAccuracyM: Double?
+    public var mock: Bool?
+    public var batteryPct: Double?
+    public var source: FixSource
+}
+
+/// Decodes payloads and validates every fix in them.
+public struct FixParser: Sendable {
+    public var validator: FixValidator
+
+    public init(validator: FixValidator) { self.validator = validator }
+
+    /// A device payload: one fix object or a JSON array of them.
+    public func parseDevicePayload(_ payload: [UInt8], nowMs: Int64) -> ParsedPayload {
+        if let problem = validator.checkSize(payload) { return .refused(problem) }
+        switch payload.first(where: { !Self.isWhitespace($0) }) {
+        case UInt8(ascii: "{"):
+            do {
+                let fix = try JSONCoding.decoder.decode(DeviceFix.self, from: Data(payload))
+                return .fixes([validator.validate(fix, source: .device, nowMs: nowMs)])
+            } catch {
+                return .refused(Self.problem(error))
+            }
+        case UInt8(ascii: "["):
+            do {
+                let elements = try JSONCoding.decoder.decode([Lenient<DeviceFix>].self, from: Data(payload))
+                guard !elements.isEmpty else { return .refused(InputProblem("payload: empty array, no fix in it")) }
+                return .fixes(elements.enumerated().map { index, element in
+                    switch element.result {
+                    case .success(let fix):
+                        return validator.validate(fix, source: .device, nowMs: nowMs)
+                            .mapError { InputProblem("[\(index)] \($0.message)") }
+                    case .failure(let error):
+                        return .failure(Self.problem(error))
+                    }
+                })
+            } catch {
+                return .refused(Self.problem(error))
+            }
+        case nil:
+            return .refused(InputProblem("payload is empty"))
+        default:
+            if (try? JSONSerialization.jsonObject(with: Data(payload), options: [.fragmentsAllowed])) != nil {
+                return .refused(InputProblem("payload: expected a fix object or an array of fixes"))
+            }
+            return .refused(InputProblem("payload is not valid JSON"))
+        }
+    }
+
+    /// An OwnTracks payload (`_type: location`; other types are ignored).
+    public func parseOwnTracksPayload(_ payload: [UInt8], nowMs: Int64) -> ParsedPayload {
+        if let problem = validator.checkSize(payload) { return .refused(problem) }
+        guard payload.contains(where: { !Self.isWhitespace($0) }) else { return .refused(InputProblem("payload is empty")) }
+        do {
+            let envelope = try JSONCoding.decoder.decode(OwnTracksEnvelope.self, from: Data(payload))
+            guard envelope.type == "location" else {
+                return .ignored(reason: "OwnTracks _type '\(envelope.type)' is not a location")
+            }
+            let location = try JSONCoding.decoder.decode(OwnTracksLocation.self, from: Data(payload))
+            var result = validator.validate(location.deviceFix, source: .ownTracks, nowMs: nowMs)
+            if case .success(var fix) = result {
+                if let battery = location.batt {
+                    guard (0...100).contains(battery) else {
+                        return .fixes([.failure(InputProblem("batt: \(battery) is outside 0…100"))])
+                    }
+                    fix.batteryPct = battery
+                }
+                result = .success(fix)
+            }
+            return .fixes([result.mapError { InputProblem($0.message.replacingOccurrences(of: "speed:", with: "vel:")) }])
+        } catch {
+            return .refused(Self.problem(error))
+        }
+    }
+
+    static func isWhitespace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 }
+
+    static func problem(_ error: any Error) -> InputProblem {
+        guard let decodingError = error as? DecodingError else { return InputProblem("\(error)") }
+        if case .dataCorrupted(let context) = decodingError, context.codingPath.isEmpty {
+            return InputProblem("payload is not valid JSON")
+        }
+        return InputProblem(DecodingErrorTextLite.describe(decodingError))
+    }
+}
+
+/// Decodes an element without letting its failure fail the array.
+struct Lenient<T: Decodable>: Decodable {
+    let result: Result<T, any Error>
+    init(from decoder: any Decoder) throws {
+        do { result = .success(try T(from: decoder)) } catch { result = .failure(error) }
+    }
+}
+
+struct OwnTracksEnvelope: Decodable {
+    let type: String
+    enum CodingKeys: String, CodingKey { case type = "_type" }
+}
+
+/// OwnTracks' location fields: `vel` is km/h, `vac` the vertical accuracy.
+struct OwnTracksLocation: Decodable {
+    let tst: Double
+    let lat: Double
+    let lon: Double
+    let acc: Double
+    let vel: Double?
+    let cog: Double?
+    let alt: Double?
+    let vac: Double?
+    let batt: Double?
+
+    var deviceFix: DeviceFix {
+        DeviceFix(t: tst, lat: lat, lon: lon, acc: acc, speed: vel.map { $0 < 0 ? $0 : $0 / 3.6 },
+                  course: cog, alt: alt, vacc: vac)
+    }
+}
+
+/// "field: problem" from a DecodingError (the core cannot import Runtime).
+enum DecodingErrorTextLite {
+    static func describe(_ error: DecodingError) -> String {
+        func path(_ context: DecodingError.Context, _ key: (any CodingKey)? = nil) -> String {
+            let keys = context.codingPath + (key.map { [$0] } ?? [])
+            var text = ""
+            for k in keys {
+                if let i = k.intValue { text += "[\(i)]" } else { text += text.isEmpty ? k.stringValue : ".\(k.stringValue)" }
+            }
+            return text.isEmpty ? "payload" : text.replacingOccurrences(of: "] ", with: "]")
+        }
+        func name(_ type: Any.Type) -> String {
+            switch type {
+            case is Double.Type, is Int.Type: "a number"
+            case is String.Type: "a string"
+            case is Bool.Type: "true or false"
+            default: "a \(type)"
+            }
+        }
+        switch error {
+        case .keyNotFound(let key, let context): return "\(path(context, key)): required field is missing"
+        case .typeMismatch(let type, let context): return "\(path(context)): expected \(name(type))"
+        case .valueNotFound(let type, let context): return "\(path(context)): expected \(name(type)), found null"
+        case .dataCorrupted(let context): return "\(path(context)): \(context.debugDescription)"
+        @unknown default: return "\(error)"
+        }
+    }
+}

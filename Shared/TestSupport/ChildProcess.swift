@@ -1,0 +1,76 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A child process started with `posix_spawn` (empty signal mask, default
+/// dispositions), its output sent to a log file, reaped with `waitpid`.
+public final class ChildProcess: @unchecked Sendable {
+    public let pid: pid_t
+    public let logFile: String
+    private let lock = NSLock()
+    private var status: Int32?
+
+    public init(executable: String, arguments: [String], environment: [String: String]? = nil,
+                logFile: String) throws {
+        self.logFile = logFile
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, logFile, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var emptyMask = sigset_t()
+        sigemptyset(&emptyMask)
+        posix_spawnattr_setsigmask(&attributes, &emptyMask)
+        var defaults = sigset_t()
+        sigfillset(&defaults)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        let env = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { env.forEach { free($0) } }
+        var pid: pid_t = 0
+        let rc = posix_spawnp(&pid, executable, &actions, &attributes, argv, env)
+        guard rc == 0 else { throw TestSupportError("posix_spawn \(executable) failed: \(String(cString: strerror(rc)))") }
+        self.pid = pid
+    }
+
+    public func kill(_ signal: Int32) {
+        lock.withLock { if status == nil { _ = Glibc.kill(pid, signal) } }
+    }
+
+    /// Polls `waitpid` until the child exits; returns its exit code
+    /// (128 + signal for a signal), or nil on timeout.
+    public func wait(timeout: Double) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        repeat {
+            if let code = lock.withLock({ status }) { return code }
+            var raw: Int32 = 0
+            let result = waitpid(pid, &raw, WNOHANG)
+            if result == pid {
+                let code = (raw & 0x7f) == 0 ? (raw >> 8) & 0xff : 128 + (raw & 0x7f)
+                lock.withLock { status = code }
+                return code
+            }
+            if result < 0 { return lock.withLock { status } ?? -1 }
+            usleep(5_000)
+        } while Date() < deadline
+        return nil
+    }
+
+    public var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
+
+    deinit {
+        if lock.withLock({ status }) == nil {
+            Glibc.kill(pid, SIGKILL)
+            _ = wait(timeout: 2)
+        }
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A private mosquitto on a free loopback port, for tests and benchmarks.
+/// Started with `posix_spawn` and an empty signal mask (Foundation.Process
+/// leaves the child with signals blocked), stopped with SIGTERM.
+public final class TestBroker: @unchecked Sendable {
+    public let port: Int32
+    public let directory: URL
+    private let process: ChildProcess
+
+    public init() throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        var lastError: (any Error)?
+        for _ in 0..<5 {
+            let port = try freePort()
+            let config = directory.appendingPathComponent("mosquitto.conf")
+            try """
+                listener \(port) 127.0.0.1
+                allow_anonymous true
+                max_queued_messages 0
+                max_inflight_messages 0
+                set_tcp_nodelay true
+                persistence false
+                log_dest stderr
+                log_type error
+                log_type warning
+                """.write(to: config, atomically: true, encoding: .utf8)
+            let executable = ["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/usr/bin/mosquitto"]
+                .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
+            let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],
+                                         logFile: directory.appendingPathComponent("mosquitto.log").path)
+            if waitForPort(port, timeout: 5) {
+                self.port = port
+                self.process = child
+                return
+            }
+            child.kill(SIGKILL)
+            lastError = TestSupportError("mosquitto did not start listening on port \(port)")
+        }
+        throw lastError ?? TestSupportError("mosquitto did not start")
+    }
+
+    deinit {
+        process.kill(SIGTERM)
+        _ = process.wait(timeout: 5)
+        try? FileManager.default.removeItem(at: directory)
+    }
+}
+
+public struct TestSupportError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// A free TCP port on loopback (bind to port 0, read it, close).
+public func freePort() throws -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw TestSupportError("socket() failed") }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
+    }
+    guard bound else { throw TestSupportError("bind() failed") }
+    return Int32(UInt16(bigEndian: addr.sin_port))
+}
+
+/// Polls a TCP connect until it succeeds or the timeout passes.
+func waitForPort(_ port: Int32, timeout: Double) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = UInt16(port).bigEndian
+        let ok = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+        close(fd)
+        if ok { return true }
+        usleep(20_000)
+    }
+    return false
+}

@@ -1,0 +1,241 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+/// The gateway as a real process against a real mosquitto.
+@Suite(.serialized) struct GatewayEndToEndTests {
+    let broker: TestBroker
+    let gateway: ServiceHarness
+
+    init() throws {
+        broker = try TestBroker()
+        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
+                                     config: ["healthIntervalSec": 0.2])
+        try gateway.start()
+    }
+
+    func collector(_ filters: [String] = ["tracker/+/raw", "tracker/+/events"]) async throws -> MessageCollector {
+        try await MessageCollector(port: broker.port, filters: filters)
+    }
+
+    /// Waits for the gateway's retained `online` health: it is subscribed by then.
+    func waitUntilOnline() async throws {
+        let health = try await collector(["tracker/_health/gateway"])
+        try await health.wait(description: "gateway online") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .online }
+        }
+        await health.close()
+    }
+
+    func publish(_ client: MQTTClient, _ topic: String, _ payload: String) async throws {
+        try await client.publishAndWait(MQTTMessage(topic: topic, string: payload))
+    }
+
+    @Test func cityRunComesOutAsThirtyRawFixesInOrder() async throws {
+        try await waitUntilOnline()
+        let out = try await collector()
+        let publisher = try await TestClient.connect(port: broker.port)
+        for line in try Fixtures.lines("city-run.jsonl") {
+            try await publish(publisher, "tracker/city/fixes", line)
+        }
+        try await out.wait(count: 30, topicSuffix: "/raw")
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")
+        #expect(raw.map(\.seq) == Array(1...30))
+        #expect(raw.allSatisfy { $0.device.rawValue == "city" && $0.source == .device && $0.sessionID != nil })
+        #expect(Set(raw.map(\.sessionID)).count == 1)
+        let fixes = try Fixtures.fixes("city-run.jsonl")
+        #expect(raw.map(\.timeMs) == fixes.map(\.timeMs))
+        #expect(raw[0].speedMps == 1.54 && raw[0].courseDeg == nil)
+        // The auto session was announced.
+        #expect(out.events().contains { if case .sessionStarted = $0.body { true } else { false } })
+    }
+
+    @Test func everyBadInputGetsAnErrorAndTheGatewaySurvives() async throws {
+        try await waitUntilOnline()
+        let out = try await collector()
+        let publisher = try await TestClient.connect(port: broker.port)
+        let bad: [(String, String)] = [
+            ("not json at all", "payload is not valid JSON"),
+            ("", "payload is empty"),
+            (String(repeating: "x", count: 1_048_576), "over the 262144-byte limit"),
+            (#"{"t":"soon","lat":1,"lon":2,"acc":5}"#, "t: expected a number"),
+            (#"{"t":1793197938,"lat":NaN,"lon":2,"acc":5}"#, "payload is not valid JSON"),
+            (#"{"t":1793197938,"lat":1,"lon":Infinity,"acc":5}"#, "payload is not valid JSON"),
+            (#"{"t":1793197938,"lon":2,"acc":5}"#, "lat: required field is missing"),
+            (#"{"t":1793197938,"lat":1,"lon":2,"acc":-5}"#, "acc: -5.0 is negative"),
+        ]
+        for (payload, _) in bad { try await publish(publisher, "tracker/bad/fixes", payload) }
+        // A batch with one bad element: the good ones pass; unknown fields are fine.
+        try await publish(publisher, "tracker/bad/fixes", #"""
+            [{"t":1793197938,"lat":1,"lon":2,"acc":5,"provider":"gps"},{"t":1793197939,"lat":100,"lon":2,"acc":5},{"t":1793197940,"lat":1,"lon":2,"acc":5}]
+            """#)
+        let errors = try await out.wait(description: "9 error events") { all in
+            all.filter { $0.topic == "tracker/bad/events" && $0.string.contains(#""type":"error""#) }.count >= 9
+        }.filter { $0.topic == "tracker/bad/events" }
+        let messages = errors.compactMap { try? JSONCoding.decoder.decode(Event.self, from: Data($0.payload)) }
+            .compactMap { e -> String? in if case .error(let code, let m) = e.body, code == "badInput" { m } else { nil } }
+        for (_, expected) in bad {
+            #expect(messages.contains { $0.contains(expected) }, "no error containing '\(expected)' in \(messages)")
+        }
+        #expect(messages.contains { $0.hasPrefix("[1] lat: 100.0") })
+        try await out.wait(count: 2, topicSuffix: "/raw")
+        #expect(out.decoded(RawFix.self, topicSuffix: "/raw").map(\.seq) == [1, 2])
+        // Still alive and counting.
+        #expect(gateway.process?.wait(timeout: 0) == nil)
+    }
+
+    @Test func invalidDeviceTopicsAreCountedInHealth() async throws {
+        try await waitUntilOnline()
+        let publisher = try await TestClient.connect(port: broker.port)
+        try await publish(publisher, "tracker/_reserved/fixes", #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#)
+        try await publish(publisher, "owntracks/bad user/phone", #"{"_type":"location","tst":1793197938,"lat":1,"lon":2,"acc":5}"#)
+        let health = try await collector(["tracker/_health/gateway"])
+        try await health.wait(description: "invalidTopic = 2") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.counters?["invalidTopic"] == 2 }
+        }
+    }
+
+    @Test func ownTracksLocationsBecomeRawFixes() async throws {
+        try await waitUntilOnline()
+        let out = try await collector()
+        let publisher = try await TestClient.connect(port: broker.port)
+        try await publish(publisher, "owntracks/alice/phone",
+                          #"{"_type":"location","tst":1793197938,"lat":48.1,"lon":11.5,"acc":12,"vel":18,"cog":270,"batt":50}"#)
+        try await publish(publisher, "owntracks/alice/phone", #"{"_type":"transition","event":"enter"}"#)
+        try await out.wait(count: 1, topicSuffix: "/raw")
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")[0]
+        #expect(raw.device.rawValue == "alice.phone" && raw.source == .ownTracks)
+        #expect(raw.speedMps == 5 && raw.courseDeg == 270 && raw.batteryPct == 50)
+        try await out.wait(description: "ignored diagnostic") { all in
+            all.contains { $0.topic == "tracker/alice.phone/events" && $0.string.contains(#""code":"ignored""#) }
+        }
+    }
+
+    @Test func exactDuplicatesAreDroppedWithADiagnostic() async throws {
+        try await waitUntilOnline()
+        let out = try await collector()
+        let publisher = try await TestClient.connect(port: broker.port)
+        let fix = #"{"t":1793197938.5,"lat":1,"lon":2,"acc":5}"#
+        try await publish(publisher, "tracker/dup/fixes", fix)
+        try await publish(publisher, "tracker/dup/fixes", fix)
+        try await publish(publisher, "tracker/dup/fixes", #"{"t":1793197939.5,"lat":1,"lon":2,"acc":5}"#)
+        try await out.wait(count: 2, topicSuffix: "/raw")
+        try await out.wait(description: "duplicate diagnostic") { all in all.contains { $0.string.contains("duplicateFix") } }
+        #expect(out.decoded(RawFix.self, topicSuffix: "/raw").map(\.seq) == [1, 2])
+    }
+
+    @Test func sessionCommandsFollowTheContract() async throws {
+        try await waitUntilOnline()
+        let out = try await collector()
+        let client = try await TestClient.connect(port: broker.port)
+        let stopNone = try await TestClient.command(client, device: "van7", "stop")
+        #expect(stopNone.ok == false && stopNone.code == "notReady")
+
+        let started = try await TestClient.command(client, device: "van7", "start", args: .object(["tag": .string("route 7")]))
+        #expect(started.ok)
+        let sessionID = try #require(started.result?["id"]?.stringValue)
+        #expect(started.result?["tag"]?.stringValue == "route 7")
+        #expect(try await TestClient.command(client, device: "van7", "currentSession").result?["id"]?.stringValue == sessionID)
+
+        for line in try Fixtures.lines("city-run.jsonl").prefix(5) { try await publish(client, "tracker/van7/fixes", line) }
+        try await out.wait(count: 5, topicSuffix: "/raw")
+        #expect(out.decoded(RawFix.self, topicSuffix: "/raw").allSatisfy { $0.sessionID == sessionID })
+
+        let raw = try await TestClient.command(client, device: "van7", "getRawFixes",
+                                               args: .object(["sessionID": .string(sessionID), "limit": .number(3), "offset": .number(1)]))
+        #expect(raw.result?.arrayValue?.map { $0["seq"]?.int64Value } == [2, 3, 4])
+
+        let fixture = try await TestClient.command(client, device: "van7", "exportFixture",
+                                                   args: .object(["sessionID": .string(sessionID), "name": .string("van7-run")]))
+        let jsonl = try #require(fixture.result?["jsonl"]?.stringValue)
+        let exported = jsonl.split(separator: "\n").map { try? JSONCoding.decoder.decode(DeviceFix.self, from: Data($0.utf8)) }
+        #expect(exported.compactMap { $0 } == Array(try Fixtures.fixes("city-run.jsonl").prefix(5)).map {
+            DeviceFix(t: Double($0.timeMs) / 1000, lat: $0.lat, lon: $0.lon, acc: $0.acc,
+                      speed: $0.speed.flatMap { $0 < 0 ? nil : $0 }, course: $0.course.flatMap { $0 < 0 ? nil : $0 }, alt: $0.alt)
+        })
+
+        let stopped = try await TestClient.command(client, device: "van7", "stop")
+        #expect(stopped.ok && stopped.result?["endMs"]?.int64Value != nil)
+        let sessions = try await TestClient.command(client, device: "van7", "getSessions")
+        #expect(sessions.result?.arrayValue?.count == 1)
+        let none = try await TestClient.command(client, device: "van7", "currentSession")
+        #expect(none.ok && (none.result == nil || none.result == .null))
+
+        let missing = try await TestClient.command(client, device: "van7", "getRawFixes", args: .object(["sessionID": .string("nope")]))
+        #expect(missing.code == "notFound")
+        let badPage = try await TestClient.command(client, device: "van7", "getRawFixes", args: .object(["limit": .number(0)]))
+        #expect(badPage.code == "badInput")
+        let unknown = try await TestClient.command(client, device: "van7", "fly")
+        #expect(unknown.code == "notFound")
+        try await out.wait(description: "session events") { all in
+            all.contains { $0.string.contains("sessionStopped") } && all.contains { $0.string.contains("sessionStarted") }
+        }
+    }
+
+    @Test func mqtt311ClientsGetRepliesOnTheReplyTopic() async throws {
+        try await waitUntilOnline()
+        let client = try await TestClient.connect(port: broker.port, protocolVersion: .v311)
+        let replies = try await MessageCollector(port: broker.port, filters: ["tracker/old1/reply/+"])
+        try await client.publishAndWait(MQTTMessage(topic: "tracker/old1/cmd/currentSession", string: #"{"id":"abc"}"#))
+        let got = try await replies.wait(count: 1, topicSuffix: "/reply/currentSession")
+        let reply = try JSONCoding.decoder.decode(CommandReply.self, from: Data(got[0].payload))
+        #expect(reply.id == .string("abc") && reply.ok)
+        // A request that is not JSON still gets an answer.
+        try await client.publishAndWait(MQTTMessage(topic: "tracker/old1/cmd/start", string: "{oops"))
+        let second = try await replies.wait(count: 1, topicSuffix: "/reply/start")
+        #expect((try JSONCoding.decoder.decode(CommandReply.self, from: Data(second[0].payload))).code == "badInput")
+    }
+
+    @Test func lastWillMarksAKilledGatewayOffline() async throws {
+        try await waitUntilOnline()
+        let health = try await collector(["tracker/_health/gateway"])
+        gateway.kill9()
+        try await health.wait(timeout: 60, description: "offline will") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .offline }
+        }
+    }
+
+    @Test func sigtermStopsGracefullyWithOfflineHealth() async throws {
+        try await waitUntilOnline()
+        let health = try await collector(["tracker/_health/gateway"])
+        #expect(gateway.stop() == 0)
+        try await health.wait(description: "offline") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .offline }
+        }
+    }
+
+    @Test func seqSurvivesKillNineInTheMiddleOfAReplay() async throws {
+        try await waitUntilOnline()
+        let out = try await collector(["tracker/+/raw"])
+        let publisher = try await TestClient.connect(port: broker.port)
+        let lines = try Fixtures.lines("munich-drive.jsonl")
+        // The gateway's persistent session queues what arrives while it is down.
+        for (index, line) in lines.enumerated() {
+            try publisher.publish(MQTTMessage(topic: "tracker/munich/fixes", string: line))
+            if index == 400 {
+                await publisher.drain()
+                try await out.wait(count: 100, topicSuffix: "/raw")
+                gateway.kill9()
+            }
+            if index == 700 {
+                await publisher.drain()
+                try gateway.start()
+            }
+        }
+        await publisher.drain()
+        try await out.wait(timeout: 60, description: "every seq 1…\(lines.count)") { all in
+            Set(all.compactMap { try? JSONCoding.decoder.decode(RawFix.self, from: Data($0.payload)).seq }).count >= lines.count
+        }
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")
+        // Nothing lost, nothing numbered twice: a republished fix keeps its seq.
+        var bySeq: [Int64: Int64] = [:]
+        for fix in raw {
+            if let time = bySeq[fix.seq] { #expect(time == fix.timeMs, "seq \(fix.seq) reused") }
+            bySeq[fix.seq] = fix.timeMs
+        }
+        #expect(bySeq.keys.sorted() == Array(1...Int64(lines.count)))
+        #expect(Set(bySeq.values).count == lines.count)
+    }
+}

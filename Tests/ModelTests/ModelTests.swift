@@ -1,0 +1,109 @@
+import Foundation
+import Model
+import Testing
+
+@Suite struct DeviceIDTests {
+    @Test func acceptsTheContractAlphabet() {
+        #expect(DeviceID("phone-1.A_b") != nil)
+        #expect(DeviceID(String(repeating: "a", count: 64)) != nil)
+    }
+
+    @Test(arguments: ["", "_fleet", "a/b", "a+b", "a#", "ä", "a b", String(repeating: "a", count: 65)])
+    func refusesEverythingElse(_ raw: String) {
+        #expect(DeviceID(raw) == nil)
+    }
+
+    @Test func reservedIdsOnlyWhereAllowed() {
+        #expect(DeviceID(allowingReserved: "_fleet") == DeviceID.fleet)
+        #expect(DeviceID.fleet.isReserved)
+    }
+}
+
+@Suite struct TopicTests {
+    let topics = Topics()
+
+    @Test func parsesEveryKind() {
+        let d = DeviceID("p1")!
+        #expect(topics.parse("tracker/p1/fixes") == .fixes(d))
+        #expect(topics.parse("tracker/p1/raw") == .raw(d))
+        #expect(topics.parse("tracker/_fleet/cmd/syncNow") == .command(.fleet, name: "syncNow"))
+        #expect(topics.parse("owntracks/alice/phone") == .ownTracks(DeviceID("alice.phone")!))
+        #expect(topics.parse("tracker/bad id/fixes") == .invalidDevice("bad id"))
+        #expect(topics.parse("tracker/_health/gateway") == .other)
+        #expect(topics.parse("elsewhere/p1/fixes") == .other)
+    }
+
+    @Test func honoursThePrefix() {
+        let custom = Topics(prefix: "fleet42")
+        #expect(custom.raw(DeviceID("x")!) == "fleet42/x/raw")
+        #expect(custom.parse("fleet42/x/fixes") == .fixes(DeviceID("x")!))
+        #expect(custom.parse("tracker/x/fixes") == .other)
+    }
+}
+
+@Suite struct EventCodingTests {
+    @Test func errorEventIsFlat() throws {
+        let event = Event(device: DeviceID("p1")!, timeMs: 5, .error(code: "badInput", message: "lat: missing"))
+        let object = try JSONSerialization.jsonObject(with: JSONCoding.encode(event)) as? [String: Any]
+        #expect(object?["type"] as? String == "error")
+        #expect(object?["device"] as? String == "p1")
+        #expect(object?["timeMs"] as? Int == 5)
+        #expect(object?["code"] as? String == "badInput")
+        #expect(object?["message"] as? String == "lat: missing")
+    }
+
+    @Test func roundTripsEveryModelledType() throws {
+        let d = DeviceID("p1")!
+        let point = TrackPoint(seq: 3, sessionID: "s", timeMs: 9, latitude: 1, longitude: 2, accuracyM: 5, odometerM: 7)
+        let bodies: [Event.Body] = [
+            .location(point),
+            .locationRejected(Decision(seq: 4, timeMs: 9, accepted: false, reason: "accuracy_too_low", estimate: nil)),
+            .sessionStarted(Session(id: "s", device: d, tag: "t", startMs: 1)),
+            .trackingGap(durationSec: 600, distanceMeters: 300),
+            .diagnostic(code: "x", message: "y"),
+        ]
+        for body in bodies {
+            let event = Event(device: d, timeMs: 1, body)
+            #expect(try JSONCoding.decoder.decode(Event.self, from: JSONCoding.encode(event)) == event)
+        }
+    }
+
+    @Test func unknownTypesSurviveDecoding() throws {
+        let json = #"{"type":"geofenceDwell","device":"p1","timeMs":3,"crossing":{"geofenceID":"home"}}"#
+        let event = try JSONCoding.decoder.decode(Event.self, from: Data(json.utf8))
+        #expect(event.type == "geofenceDwell")
+        guard case .other(_, let fields) = event.body else { Issue.record("expected .other"); return }
+        #expect(fields["crossing"]?["geofenceID"]?.stringValue == "home")
+    }
+}
+
+@Suite struct GeodesyTests {
+    @Test func oneDegreeOfLatitude() {
+        let d = Geodesy.distance(0, 0, 1, 0)
+        #expect(abs(d - 111_195) < 10)
+    }
+
+    @Test func localFrameRoundTrips() {
+        let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
+        let (x, y) = frame.toLocal(lat: 48.105, lon: 11.51)
+        let back = frame.toGeo(x: x, y: y)
+        #expect(abs(back.lat - 48.105) < 1e-9 && abs(back.lon - 11.51) < 1e-9)
+        #expect(abs(hypot(x, y) - Geodesy.distance(48.1, 11.5, 48.105, 11.51)) < 0.5)
+    }
+}
+
+@Suite struct CommandModelTests {
+    @Test func pagingIsChecked() throws {
+        #expect(try PageArgs().validated() == (1_000, 0))
+        #expect(throws: CommandError.self) { try PageArgs(limit: 0).validated() }
+        #expect(throws: CommandError.self) { try PageArgs(limit: 10, offset: -1).validated() }
+    }
+
+    @Test func replyShapesMatchTheContract() throws {
+        let failure = CommandReply.failure(id: .string("7"), CommandError(.notReady, "no"))
+        let object = try JSONSerialization.jsonObject(with: JSONCoding.encode(failure)) as? [String: Any]
+        #expect(object?["ok"] as? Bool == false)
+        #expect(object?["code"] as? String == "notReady")
+        #expect(object?["id"] as? String == "7")
+    }
+}
