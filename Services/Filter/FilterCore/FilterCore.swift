@@ -1,0 +1,311 @@
+import Foundation
+import Model
+
+/// One device's filter state: everything needed to judge its next fix,
+/// persisted with every decision so a restart continues exactly.
+public struct DeviceFilterState: Codable, Sendable, Equatable {
+    public var frame: LocalFrame?
+    public var east: AxisFilter?
+    public var north: AxisFilter?
+    /// Time of the Kalman state (ms).
+    public var filterTimeMs: Int64 = 0
+    /// Newest fix time judged (ms), for ordering.
+    public var newestMs: Int64?
+    /// The last accepted (emitted) point, in the local frame.
+    public var lastAccepted: AcceptedPoint?
+    public var odometerM: Double = 0
+    /// Motion state from the motion service, if it publishes one.
+    public var externalMotion: MotionState?
+    /// Our own stationary detection: where the device is parked, if it is.
+    public var stationaryAnchor: Anchor?
+    /// Seconds the estimated speed has stayed low.
+    public var slowSinceMs: Int64?
+    /// Recent outliers, to recover when the filter (not the fixes) is wrong.
+    public var outlierRun: [OutlierFix] = []
+
+    public init() {}
+
+    public struct AcceptedPoint: Codable, Sendable, Equatable {
+        public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
+    }
+    public struct Anchor: Codable, Sendable, Equatable {
+        public var x: Double, y: Double
+    }
+    public struct OutlierFix: Codable, Sendable, Equatable {
+        public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
+    }
+}
+
+/// A fix as the filter sees it.
+public struct FilterInput: Sendable, Equatable {
+    public var seq: Int64
+    public var sessionID: String?
+    public var timeMs: Int64
+    public var latitude: Double
+    public var longitude: Double
+    public var accuracyM: Double
+    public var speedMps: Double?
+    public var courseDeg: Double?
+
+    public init(seq: Int64, sessionID: String?, timeMs: Int64, latitude: Double, longitude: Double,
+                accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil) {
+        self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs; self.latitude = latitude
+        self.longitude = longitude; self.accuracyM = accuracyM; self.speedMps = speedMps; self.courseDeg = courseDeg
+    }
+
+    public init(_ raw: RawFix) {
+        self.init(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, latitude: raw.latitude,
+                  longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps, courseDeg: raw.courseDeg)
+    }
+}
+
+/// The verdict on one fix.
+public struct Verdict: Sendable, Equatable {
+    public var decision: Decision
+    /// The point to publish when accepted.
+    public var point: TrackPoint?
+    public var rejection: RejectReason?
+}
+
+/// The filter: a Kalman filter and a staged acceptance pipeline. Pure: the
+/// only time it knows is the fixes' own.
+public struct FilterCore: Sendable {
+    public var profile: FilterProfile
+
+    /// Accuracy assumed when a fix reports 0 (some platforms' "unknown").
+    static let unknownAccuracyM = 30.0
+    /// Phones' `acc` is a ~68 % radius; per axis that is about acc / 1.5.
+    static let accuracyToSigma = 1 / 1.5
+    static let minimumSigmaM = 2.0
+
+    public init(profile: FilterProfile = .named(.balanced)) { self.profile = profile }
+
+    public func judge(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
+        // 1. Validity.
+        guard fix.latitude.isFinite, fix.longitude.isFinite, abs(fix.latitude) <= 90, abs(fix.longitude) <= 180,
+              !(fix.latitude == 0 && fix.longitude == 0), fix.accuracyM.isFinite, fix.accuracyM >= 0 else {
+            return reject(fix, .invalidFix, state: state)
+        }
+        // 2. Duplicate and 3. ordering / staleness, against the newest judged time.
+        if let newest = state.newestMs {
+            if fix.timeMs == newest { return reject(fix, .duplicate, state: state) }
+            if fix.timeMs < newest {
+                let behind = Double(newest - fix.timeMs)
+                let reason: RejectReason = newest - fix.timeMs > profile.staleAfterMs ? .stale : .outOfOrder
+                return reject(fix, reason, state: state, measured: behind / 1000, limit: Double(profile.staleAfterMs) / 1000)
+            }
+        }
+        state.newestMs = fix.timeMs
+        let accuracy = fix.accuracyM == 0 ? Self.unknownAccuracyM : fix.accuracyM
+        // 4. Accuracy ceiling.
+        if accuracy > profile.accuracyCeilingM {
+            return reject(fix, .accuracyTooLow, state: state, measured: accuracy, limit: profile.accuracyCeilingM)
+        }
+        if state.frame == nil || state.east == nil {
+            return initialize(fix, accuracy: accuracy, state: &state)
+        }
+        var frame = state.frame!
+        var (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
+        if hypot(x, y) > 50_000 {
+            // Keep the flat frame small: move its origin to the current estimate.
+            state = recentred(state, lat: fix.latitude, lon: fix.longitude)
+            frame = state.frame!
+            (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
+        }
+        let sigma = max(Self.minimumSigmaM, accuracy * Self.accuracyToSigma)
+        let r = sigma * sigma
+
+        // 5. Implied speed from the last accepted point, allowing for both accuracies.
+        if let last = state.lastAccepted {
+            let dt = max(1, Double(fix.timeMs - last.timeMs) / 1000)
+            let distance = hypot(x - last.x, y - last.y)
+            let speed = max(0, distance - accuracy - last.accuracyM) / dt
+            if speed > maxSpeed(state) {
+                if let recovered = recover(fix, x: x, y: y, accuracy: accuracy, state: &state) { return recovered }
+                return reject(fix, .impliedSpeed, state: state, measured: speed, limit: maxSpeed(state))
+            }
+        }
+
+        // 6. Kalman innovation.
+        let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
+        var east = state.east!, north = state.north!
+        let q = isStationary(state) ? profile.stationaryQ : profile.movingQ
+        east.predict(dt: dt, q: q)
+        north.predict(dt: dt, q: q)
+        let (ye, se) = east.innovation(x, r: r)
+        let (yn, sn) = north.innovation(y, r: r)
+        let mahalanobis = (ye * ye / se + yn * yn / sn).squareRoot()
+        if mahalanobis > profile.innovationGate {
+            if let recovered = recover(fix, x: x, y: y, accuracy: accuracy, state: &state) { return recovered }
+            return reject(fix, .innovationOutlier, state: state, measured: mahalanobis, limit: profile.innovationGate)
+        }
+        east.update(position: x, r: r)
+        north.update(position: y, r: r)
+        if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
+            // Doppler speed is far better than differenced positions; course is
+            // only meaningful when moving.
+            let rv = 0.25 + 0.0004 * speed * speed
+            let radians = course * .pi / 180
+            east.update(velocity: speed * sin(radians), r: rv)
+            north.update(velocity: speed * cos(radians), r: rv)
+        }
+        state.east = east
+        state.north = north
+        state.filterTimeMs = fix.timeMs
+        state.outlierRun.removeAll()
+
+        // 7. Stationary drift suppression.
+        let estimatedSpeed = hypot(east.velocity, north.velocity)
+        updateStationary(&state, speed: estimatedSpeed, fix: fix, x: east.position, y: north.position)
+        if let anchor = state.stationaryAnchor {
+            let fromAnchor = hypot(x - anchor.x, y - anchor.y)
+            let radius = max(profile.stationaryRadiusM, accuracy)
+            if fromAnchor <= radius || (fix.speedMps.map { $0 < 1 } ?? false && fromAnchor <= 2 * radius) {
+                return reject(fix, .stationaryDrift, state: state, measured: fromAnchor, limit: radius)
+            }
+            // A fix well outside the radius: the device is leaving.
+            state.stationaryAnchor = nil
+            state.slowSinceMs = nil
+        }
+
+        // 8. Minimum spacing.
+        if let last = state.lastAccepted {
+            let spacing = hypot(east.position - last.x, north.position - last.y)
+            if spacing < profile.minSpacingM {
+                return reject(fix, .minSpacing, state: state, measured: spacing, limit: profile.minSpacingM)
+            }
+        }
+        return accept(fix, state: &state)
+    }
+
+    // MARK: Steps
+
+    private func initialize(_ fix: FilterInput, accuracy: Double, state: inout DeviceFilterState) -> Verdict {
+        let frame = state.frame ?? LocalFrame(originLat: fix.latitude, originLon: fix.longitude)
+        let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
+        let sigma = max(Self.minimumSigmaM, accuracy * Self.accuracyToSigma)
+        var ve = 0.0, vn = 0.0, velocityVariance = 25.0
+        if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
+            ve = speed * sin(course * .pi / 180); vn = speed * cos(course * .pi / 180); velocityVariance = 4
+        }
+        state.frame = frame
+        state.east = AxisFilter(position: x, velocity: ve, positionVariance: sigma * sigma, velocityVariance: velocityVariance)
+        state.north = AxisFilter(position: y, velocity: vn, positionVariance: sigma * sigma, velocityVariance: velocityVariance)
+        state.filterTimeMs = fix.timeMs
+        state.outlierRun.removeAll()
+        state.stationaryAnchor = nil
+        state.slowSinceMs = nil
+        return accept(fix, state: &state)
+    }
+
+    /// When several outliers in a row agree with each other, the filter has
+    /// lost the device (a real jump, a long tunnel): restart on them.
+    private func recover(_ fix: FilterInput, x: Double, y: Double, accuracy: Double, state: inout DeviceFilterState) -> Verdict? {
+        state.outlierRun.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: accuracy))
+        if state.outlierRun.count > profile.reinitializeAfter { state.outlierRun.removeFirst() }
+        let run = state.outlierRun
+        guard run.count >= profile.reinitializeAfter,
+              run[run.count - 1].timeMs - run[0].timeMs >= 4_000 else { return nil }
+        let consistent = zip(run, run.dropFirst()).allSatisfy { a, b in
+            let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
+            return max(0, hypot(b.x - a.x, b.y - a.y) - a.accuracyM - b.accuracyM) / dt <= maxSpeed(state)
+        }
+        guard consistent else { return nil }
+        state.east = nil
+        state.north = nil
+        return initialize(fix, accuracy: accuracy, state: &state)
+    }
+
+    private func updateStationary(_ state: inout DeviceFilterState, speed: Double, fix: FilterInput, x: Double, y: Double) {
+        switch state.externalMotion {
+        case .stationary?:
+            if state.stationaryAnchor == nil { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
+            return
+        case .moving?:
+            state.stationaryAnchor = nil
+            state.slowSinceMs = nil
+            return
+        default:
+            break
+        }
+        guard state.stationaryAnchor == nil else { return }
+        // Doppler speed, when the fix has it, is the better witness of standing still.
+        let slow = fix.speedMps.map { $0 < 0.5 } ?? (speed < 1.0)
+        if slow {
+            let since = state.slowSinceMs ?? fix.timeMs
+            state.slowSinceMs = since
+            if fix.timeMs - since >= 5_000 { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
+        } else {
+            state.slowSinceMs = nil
+        }
+    }
+
+    /// Parks on the last emitted point when it is close, so the stop is one node.
+    private func anchorPoint(_ state: DeviceFilterState, x: Double, y: Double) -> DeviceFilterState.Anchor {
+        if let last = state.lastAccepted, hypot(last.x - x, last.y - y) < profile.stationaryRadiusM {
+            return .init(x: last.x, y: last.y)
+        }
+        return .init(x: x, y: y)
+    }
+
+    private func isStationary(_ state: DeviceFilterState) -> Bool {
+        state.stationaryAnchor != nil || state.externalMotion == .stationary
+    }
+
+    private func maxSpeed(_ state: DeviceFilterState) -> Double {
+        state.externalMotion == .stationary ? profile.maxSpeedMps / 2 : profile.maxSpeedMps
+    }
+
+    private func accept(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
+        let east = state.east!, north = state.north!, frame = state.frame!
+        let accuracy = max(east.pp, north.pp).squareRoot() / Self.accuracyToSigma
+        if let last = state.lastAccepted {
+            state.odometerM += hypot(east.position - last.x, north.position - last.y)
+        }
+        state.lastAccepted = .init(x: east.position, y: north.position, timeMs: fix.timeMs, accuracyM: accuracy)
+        let (lat, lon) = frame.toGeo(x: east.position, y: north.position)
+        let speed = hypot(east.velocity, north.velocity)
+        var course = atan2(east.velocity, north.velocity) * 180 / .pi
+        if course < 0 { course += 360 }
+        let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: lat, longitude: lon,
+                               accuracyM: accuracy, speedMps: speed, courseDeg: speed >= 0.5 ? course : nil,
+                               odometerM: state.odometerM)
+        let estimate = Estimate(latitude: lat, longitude: lon, accuracyM: accuracy, speedMps: speed)
+        return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
+                       point: point, rejection: nil)
+    }
+
+    private func reject(_ fix: FilterInput, _ reason: RejectReason, state: DeviceFilterState,
+                        measured: Double? = nil, limit: Double? = nil) -> Verdict {
+        Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: false, reason: reason.rawValue,
+                                   estimate: estimate(state), measured: measured, limit: limit),
+                point: nil, rejection: reason)
+    }
+
+    /// The current estimate, for the decision log.
+    public func estimate(_ state: DeviceFilterState) -> Estimate? {
+        guard let frame = state.frame, let east = state.east, let north = state.north else { return nil }
+        let (lat, lon) = frame.toGeo(x: east.position, y: north.position)
+        return Estimate(latitude: lat, longitude: lon, accuracyM: max(east.pp, north.pp).squareRoot() / Self.accuracyToSigma,
+                        speedMps: hypot(east.velocity, north.velocity))
+    }
+
+    /// The same state in a frame centred on a new origin.
+    private func recentred(_ state: DeviceFilterState, lat: Double, lon: Double) -> DeviceFilterState {
+        guard let old = state.frame, let east = state.east, let north = state.north else { return state }
+        let new = LocalFrame(originLat: lat, originLon: lon)
+        func move(_ x: Double, _ y: Double) -> (Double, Double) {
+            let g = old.toGeo(x: x, y: y)
+            return new.toLocal(lat: g.lat, lon: g.lon)
+        }
+        var s = state
+        s.frame = new
+        let (ex, ny) = move(east.position, north.position)
+        s.east?.position = ex
+        s.north?.position = ny
+        if let a = state.lastAccepted { let (x, y) = move(a.x, a.y); s.lastAccepted?.x = x; s.lastAccepted?.y = y }
+        if let a = state.stationaryAnchor { let (x, y) = move(a.x, a.y); s.stationaryAnchor = .init(x: x, y: y) }
+        s.outlierRun = state.outlierRun.map { o in let (x, y) = move(o.x, o.y); return .init(x: x, y: y, timeMs: o.timeMs, accuracyM: o.accuracyM) }
+        return s
+    }
+}

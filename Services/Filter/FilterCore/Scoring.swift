@@ -1,0 +1,65 @@
+import Model
+
+/// How well the filter did on a noisy recording whose truth is known.
+public struct FilterScore: Sendable, CustomStringConvertible {
+    public var truthLengthM: Double
+    public var rawLengthM: Double
+    public var acceptedLengthM: Double
+    public var jumps: Int
+    public var jumpsRejected: Int
+    public var cleanFixes: Int
+    public var cleanRejectedAsOutliers: Int
+    public var rawRMSE: Double
+    public var filteredRMSE: Double
+    public var accepted: Int
+    public var reasons: [String: Int]
+
+    public var lengthError: Double { acceptedLengthM / truthLengthM - 1 }
+    public var jumpRejection: Double { jumps == 0 ? 1 : Double(jumpsRejected) / Double(jumps) }
+    public var cleanOutlierRate: Double { cleanFixes == 0 ? 0 : Double(cleanRejectedAsOutliers) / Double(cleanFixes) }
+    public var rmseRatio: Double { filteredRMSE / rawRMSE }
+
+    public var description: String {
+        String(format: "length %.0f m vs truth %.0f m (%+.1f %%; raw %+.0f %%), jumps rejected %d/%d (%.1f %%), clean rejected as outliers %d/%d (%.2f %%), RMSE %.1f m vs raw %.1f m (ratio %.2f), accepted %d",
+               acceptedLengthM, truthLengthM, lengthError * 100, (rawLengthM / truthLengthM - 1) * 100, jumpsRejected, jumps,
+               jumpRejection * 100, cleanRejectedAsOutliers, cleanFixes, cleanOutlierRate * 100, filteredRMSE, rawRMSE, rmseRatio, accepted)
+            + " reasons \(reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
+    }
+
+    /// Runs `core` over fixes with known truth.
+    public static func score(core: FilterCore, fixes: [(fix: FilterInput, truthLat: Double, truthLon: Double, isJump: Bool)],
+                             truthPath: [(lat: Double, lon: Double)]) -> FilterScore {
+        var state = DeviceFilterState()
+        var points: [(lat: Double, lon: Double)] = []
+        var jumps = 0, jumpsRejected = 0, clean = 0, cleanOutliers = 0
+        var rawSquares = 0.0, filteredSquares = 0.0, filteredCount = 0
+        var reasons: [String: Int] = [:]
+        for sample in fixes {
+            let verdict = core.judge(sample.fix, state: &state)
+            reasons[verdict.decision.reason, default: 0] += 1
+            if sample.isJump {
+                jumps += 1
+                if verdict.point == nil { jumpsRejected += 1 }
+            } else {
+                clean += 1
+                if verdict.rejection?.isOutlier == true { cleanOutliers += 1 }
+                let e = Geodesy.distance(sample.fix.latitude, sample.fix.longitude, sample.truthLat, sample.truthLon)
+                rawSquares += e * e
+            }
+            if let p = verdict.point {
+                points.append((p.latitude, p.longitude))
+                let e = Geodesy.distance(p.latitude, p.longitude, sample.truthLat, sample.truthLon)
+                filteredSquares += e * e
+                filteredCount += 1
+            }
+        }
+        return FilterScore(
+            truthLengthM: Geodesy.pathLength(truthPath),
+            rawLengthM: Geodesy.pathLength(fixes.map { ($0.fix.latitude, $0.fix.longitude) }),
+            acceptedLengthM: Geodesy.pathLength(points), jumps: jumps, jumpsRejected: jumpsRejected,
+            cleanFixes: clean, cleanRejectedAsOutliers: cleanOutliers,
+            rawRMSE: (rawSquares / Double(max(1, clean))).squareRoot(),
+            filteredRMSE: (filteredSquares / Double(max(1, filteredCount))).squareRoot(),
+            accepted: points.count, reasons: reasons)
+    }
+}
