@@ -1,9 +1,30 @@
 import Foundation
+import TestSupport
 
+/// `tracker-bench`: benchmarks (not tests). Build in release and run:
+///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
+let count = arguments.dropFirst().first.flatMap(Int.init) ?? 20_000
+
+func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double) {
+    print(String(format: "%-22@ %9.0f msg/s   ratio to broker QoS 1 ceiling: %.2f", name as NSString, rate, rate / ceiling))
+}
+
 switch arguments.first {
 case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
+case "filter-core":
+    print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
+case "all", "gateway", "filter":
+    let broker = try TestBroker()
+    let ceiling = try await Throughput.brokerCeiling(broker, count: count)
+    ratioLine("broker QoS 1 ceiling", ceiling, ceiling)
+    if arguments.first != "filter" { ratioLine("gateway fixes→raw", try await Throughput.gateway(broker, count: count), ceiling) }
+    if arguments.first != "gateway" { ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling) }
+    if arguments.first == "all" {
+        print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
+        try Quality.run(seeds: [1, 2, 3, 4, 5])
+    }
 default:
-    print("usage: tracker-bench quality|filter-core|gateway|filter")
+    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count]")
 }

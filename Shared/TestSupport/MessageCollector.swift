@@ -13,11 +13,14 @@ public final class MessageCollector: Sendable {
 
     private struct State {
         var messages: [MQTTMessage] = []
+        /// Messages per last topic level ("raw", "events" …), kept as they arrive.
+        var countsByLeaf: [Substring: Int] = [:]
         var waiters: [Int: Waiter] = [:]
         var nextID = 0
     }
 
     private struct Waiter {
+        let leafCount: (leaf: Substring, count: Int)?
         let condition: @Sendable ([MQTTMessage]) -> Bool
         let continuation: CheckedContinuation<[MQTTMessage], any Error>
     }
@@ -28,8 +31,13 @@ public final class MessageCollector: Sendable {
             guard let self else { return }
             let ready = self.state.withLock { s -> [(Waiter, [MQTTMessage])] in
                 s.messages.append(message)
+                if let leaf = message.topic.split(separator: "/").last { s.countsByLeaf[leaf, default: 0] += 1 }
                 let all = s.messages
-                let ready = s.waiters.filter { $0.value.condition(all) }
+                let counts = s.countsByLeaf
+                let ready = s.waiters.filter { _, w in
+                    if let (leaf, count) = w.leafCount { return counts[leaf, default: 0] >= count }
+                    return w.condition(all)
+                }
                 for id in ready.keys { s.waiters[id] = nil }
                 return ready.values.map { ($0, all) }
             }
@@ -52,6 +60,11 @@ public final class MessageCollector: Sendable {
     @discardableResult
     public func wait(timeout: Double = 20, description: String = "messages",
                      until condition: @escaping @Sendable ([MQTTMessage]) -> Bool) async throws -> [MQTTMessage] {
+        try await wait(timeout: timeout, description: description, leafCount: nil, until: condition)
+    }
+
+    private func wait(timeout: Double, description: String, leafCount: (leaf: Substring, count: Int)?,
+                      until condition: @escaping @Sendable ([MQTTMessage]) -> Bool) async throws -> [MQTTMessage] {
         let id = state.withLock { s in defer { s.nextID += 1 }; return s.nextID }
         let timer = DispatchWorkItem { [weak self] in
             guard let self else { return }
@@ -64,17 +77,19 @@ public final class MessageCollector: Sendable {
         return try await withCheckedThrowingContinuation { continuation in
             let satisfied = state.withLock { s -> [MQTTMessage]? in
                 if condition(s.messages) { return s.messages }
-                s.waiters[id] = Waiter(condition: condition, continuation: continuation)
+                s.waiters[id] = Waiter(leafCount: leafCount, condition: condition, continuation: continuation)
                 return nil
             }
             if let satisfied { continuation.resume(returning: satisfied) }
         }
     }
 
-    /// Waits until at least `count` messages arrived on topics ending with `suffix`.
+    /// Waits until at least `count` messages arrived on topics ending with
+    /// `suffix` (one topic level, such as "/raw"), counted as they arrive.
     @discardableResult
     public func wait(count: Int, topicSuffix suffix: String, timeout: Double = 20) async throws -> [MQTTMessage] {
-        try await wait(timeout: timeout, description: "\(count) on *\(suffix)") { all in
+        let leaf = Substring(suffix.split(separator: "/").last ?? Substring(suffix))
+        return try await wait(timeout: timeout, description: "\(count) on *\(suffix)", leafCount: (leaf, count)) { all in
             all.lazy.filter { $0.topic.hasSuffix(suffix) }.count >= count
         }.filter { $0.topic.hasSuffix(suffix) }
     }

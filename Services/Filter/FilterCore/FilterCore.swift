@@ -22,6 +22,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var slowSinceMs: Int64?
     /// Recent outliers, to recover when the filter (not the fixes) is wrong.
     public var outlierRun: [OutlierFix] = []
+    /// Consecutive fixes beyond the parked radius.
+    public var leavingCount = 0
 
     public init() {}
 
@@ -126,10 +128,34 @@ public struct FilterCore: Sendable {
             }
         }
 
+        // Parked: fixes around the anchor are drift. They keep the filter
+        // current but never move the point; two in a row beyond twice the
+        // radius mean the device is leaving.
+        if let anchor = state.stationaryAnchor {
+            let fromAnchor = hypot(x - anchor.x, y - anchor.y)
+            let radius = max(profile.stationaryRadiusM, accuracy)
+            let beyond = fromAnchor > 2 * radius || (fromAnchor > radius && (fix.speedMps ?? 0) >= 1)
+            if !beyond || state.leavingCount < 1 {
+                state.leavingCount = beyond ? state.leavingCount + 1 : 0
+                if !beyond { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
+                return reject(fix, .stationaryDrift, state: state, measured: fromAnchor, limit: radius)
+            }
+            state.stationaryAnchor = nil
+            state.slowSinceMs = nil
+            state.leavingCount = 0
+            // From standstill the speed is unknown: let the filter pick it up.
+            if var east = state.east, var north = state.north {
+                east.vv = max(east.vv, 25)
+                north.vv = max(north.vv, 25)
+                state.east = east
+                state.north = north
+            }
+        }
+
         // 6. Kalman innovation.
         let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
         var east = state.east!, north = state.north!
-        let q = isStationary(state) ? profile.stationaryQ : profile.movingQ
+        let q = state.externalMotion == .stationary ? profile.stationaryQ : profile.movingQ
         east.predict(dt: dt, q: q)
         north.predict(dt: dt, q: q)
         let (ye, se) = east.innovation(x, r: r)
@@ -157,15 +183,9 @@ public struct FilterCore: Sendable {
         // 7. Stationary drift suppression.
         let estimatedSpeed = hypot(east.velocity, north.velocity)
         updateStationary(&state, speed: estimatedSpeed, fix: fix, x: east.position, y: north.position)
-        if let anchor = state.stationaryAnchor {
-            let fromAnchor = hypot(x - anchor.x, y - anchor.y)
-            let radius = max(profile.stationaryRadiusM, accuracy)
-            if fromAnchor <= radius || (fix.speedMps.map { $0 < 1 } ?? false && fromAnchor <= 2 * radius) {
-                return reject(fix, .stationaryDrift, state: state, measured: fromAnchor, limit: radius)
-            }
-            // A fix well outside the radius: the device is leaving.
-            state.stationaryAnchor = nil
-            state.slowSinceMs = nil
+        if state.stationaryAnchor != nil {
+            // Just parked: this fix is part of the stop, not a move.
+            return reject(fix, .stationaryDrift, state: state, measured: 0, limit: profile.stationaryRadiusM)
         }
 
         // 8. Minimum spacing.
@@ -196,6 +216,26 @@ public struct FilterCore: Sendable {
         state.stationaryAnchor = nil
         state.slowSinceMs = nil
         return accept(fix, state: &state)
+    }
+
+    /// A parked fix updates the (nearly still) filter unless it is an outlier.
+    private func absorbDrift(_ fix: FilterInput, x: Double, y: Double, r: Double, state: inout DeviceFilterState) {
+        guard var east = state.east, var north = state.north else { return }
+        let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
+        east.predict(dt: dt, q: profile.stationaryQ)
+        north.predict(dt: dt, q: profile.stationaryQ)
+        let (ye, se) = east.innovation(x, r: r)
+        let (yn, sn) = north.innovation(y, r: r)
+        if (ye * ye / se + yn * yn / sn).squareRoot() <= profile.innovationGate * 2 {
+            east.update(position: x, r: r)
+            north.update(position: y, r: r)
+            east.velocity *= 0.5
+            north.velocity *= 0.5
+        }
+        state.east = east
+        state.north = north
+        state.filterTimeMs = fix.timeMs
+        state.outlierRun.removeAll()
     }
 
     /// When several outliers in a row agree with each other, the filter has
@@ -246,10 +286,6 @@ public struct FilterCore: Sendable {
             return .init(x: last.x, y: last.y)
         }
         return .init(x: x, y: y)
-    }
-
-    private func isStationary(_ state: DeviceFilterState) -> Bool {
-        state.stationaryAnchor != nil || state.externalMotion == .stationary
     }
 
     private func maxSpeed(_ state: DeviceFilterState) -> Double {

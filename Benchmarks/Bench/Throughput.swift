@@ -1,0 +1,107 @@
+import Bus
+import FilterCore
+import Foundation
+import Model
+import TestSupport
+
+/// Throughput benchmarks, each reported against the broker's own QoS 1
+/// ceiling measured in the same run on the same machine.
+enum Throughput {
+    static let fixTemplate = #"{"t":%.3f,"lat":%.6f,"lon":%.6f,"acc":10,"speed":1.54,"course":263.6}"#
+
+    /// One publisher to one subscriber, QoS 1, ~100-byte fix payloads: the ceiling.
+    static func brokerCeiling(_ broker: TestBroker, count: Int) async throws -> Double {
+        let sink = try await MessageCollector(port: broker.port, filters: ["bench/ceiling"])
+        let publisher = try await TestClient.connect(port: broker.port)
+        let payloads = (0..<count).map { i in Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i), 48.1, 11.5).utf8) }
+        let start = ContinuousClock.now
+        for p in payloads {
+            while publisher.inFlight > 1_000 { await Task.yield() }
+            try publisher.publish(MQTTMessage(topic: "bench/ceiling", payload: p))
+        }
+        try await sink.wait(count: count, topicSuffix: "/ceiling", timeout: 120)
+        let seconds = (ContinuousClock.now - start).seconds
+        await sink.close(); await publisher.disconnect()
+        return Double(count) / seconds
+    }
+
+    /// Fixes published on `tracker/{d}/fixes` until the same number came out on `raw`.
+    static func gateway(_ broker: TestBroker, count: Int) async throws -> Double {
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["logLevel": "warning"])
+        try gateway.start()
+        defer { gateway.stop() }
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
+        try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
+        let publisher = try await TestClient.connect(port: broker.port)
+        let devices = 8
+        let payloads = (0..<count).map { i in
+            (topic: "tracker/bench\(i % devices)/fixes",
+             payload: Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i / devices), 48.1 + Double(i) * 1e-6, 11.5).utf8))
+        }
+        let start = ContinuousClock.now
+        for p in payloads {
+            while publisher.inFlight > 1_000 { await Task.yield() }
+            try publisher.publish(MQTTMessage(topic: p.topic, payload: p.payload))
+        }
+        try await sink.wait(count: count, topicSuffix: "/raw", timeout: 300)
+        let seconds = (ContinuousClock.now - start).seconds
+        await sink.close(); await publisher.disconnect()
+        return Double(count) / seconds
+    }
+
+    /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
+    static func filter(_ broker: TestBroker, count: Int) async throws -> Double {
+        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["logLevel": "warning"])
+        try filter.start()
+        defer { filter.stop() }
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
+        try await sink.wait(description: "filter online") { $0.contains { $0.topic.hasSuffix("/filter") } }
+        let publisher = try await TestClient.connect(port: broker.port)
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let noisy = NoiseGenerator(seed: 1).apply(to: truth)
+        let devices = 8
+        let payloads = (0..<count).map { i -> (String, [UInt8]) in
+            let device = DeviceID("fbench\(i % devices)")!
+            let lap = i / devices / noisy.count
+            let s = noisy[(i / devices) % noisy.count]
+            let raw = RawFix(device: device, seq: Int64(i / devices + 1), sessionID: "s",
+                             timeMs: s.fix.timeMs + Int64(lap) * 10_000_000, receivedMs: 0, source: .device,
+                             latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
+            return ("tracker/\(device)/raw", Array(JSONCoding.encode(raw)))
+        }
+        let start = ContinuousClock.now
+        for (topic, payload) in payloads {
+            while publisher.inFlight > 1_000 { await Task.yield() }
+            try publisher.publish(MQTTMessage(topic: topic, payload: payload))
+        }
+        try await sink.wait(count: count, topicSuffix: "/events", timeout: 300)
+        let seconds = (ContinuousClock.now - start).seconds
+        await sink.close(); await publisher.disconnect()
+        return Double(count) / seconds
+    }
+
+    /// FilterCore alone on one core: judgments per second over the noisy drive.
+    static func filterCore(iterations: Int) throws -> Double {
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let noisy = NoiseGenerator(seed: 1).apply(to: truth).enumerated().map { i, s in
+            FilterInput(seq: Int64(i + 1), sessionID: nil, timeMs: s.fix.timeMs, latitude: s.fix.lat, longitude: s.fix.lon,
+                        accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
+        }
+        let core = FilterCore()
+        var accepted = 0
+        let start = ContinuousClock.now
+        var judged = 0
+        while judged < iterations {
+            var state = DeviceFilterState()
+            for fix in noisy { if core.judge(fix, state: &state).point != nil { accepted += 1 } }
+            judged += noisy.count
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        precondition(accepted > 0)
+        return Double(judged) / seconds
+    }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

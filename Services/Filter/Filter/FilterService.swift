@@ -1,0 +1,238 @@
+import Bus
+import FilterCore
+import Foundation
+import Model
+import Runtime
+
+struct FilterSettings {
+    enum RejectionEvents: String, CaseIterable { case all, sampled, off }
+
+    var profile: FilterProfile
+    var decisionLog: Bool
+    var rawPoints: Bool
+    var retentionPerDevice: Int
+    var rejectionEvents: RejectionEvents
+    var rejectionSampleEvery: Int
+
+    init(_ reader: SettingsReader) throws {
+        let name = try reader.choice("profile", default: "balanced", among: FilterProfile.Name.allCases.map(\.rawValue))
+        profile = .named(FilterProfile.Name(rawValue: name)!)
+        decisionLog = try reader.bool("decisionLog", default: true)
+        rawPoints = try reader.bool("rawPoints", default: true)
+        retentionPerDevice = try reader.int("retentionPerDevice", default: 100_000, in: 100...100_000_000)
+        rejectionEvents = RejectionEvents(rawValue: try reader.choice(
+            "rejectionEvents", default: "all", among: RejectionEvents.allCases.map(\.rawValue)))!
+        rejectionSampleEvery = try reader.int("rejectionSampleEvery", default: 10, in: 1...1_000_000)
+    }
+}
+
+/// Layer 3: a judged fix in point form, as `getRawPoints` returns it.
+struct JudgedPoint: Codable {
+    var seq: Int64
+    var sessionID: String?
+    var timeMs: Int64
+    var latitude: Double
+    var longitude: Double
+    var accuracyM: Double
+    var speedMps: Double?
+    var courseDeg: Double?
+    var accepted: Bool
+    var reason: String
+}
+
+/// Judges every raw fix, fix by fix, and publishes the accepted ones.
+///
+/// @unchecked Sendable: all mutable state is behind `lock`; see GatewayService.
+final class FilterService: TrackerService, @unchecked Sendable {
+    private let context: ServiceContext
+    private let settings: FilterSettings
+    private let store: FilterStore
+    private let core: FilterCore
+    private let acks = AckTracker()
+    private let lock = NSLock()
+    private var devices: [DeviceID: FilterStore.DeviceRow] = [:]
+    private var rejectionCounts: [DeviceID: Int] = [:]
+    private var republished = false
+
+    private var topics: Topics { context.topics }
+
+    init(context: ServiceContext, settings: FilterSettings) throws {
+        self.context = context
+        self.settings = settings
+        self.store = try FilterStore(path: context.databasePath())
+        self.core = FilterCore(profile: settings.profile)
+        for (device, acked) in try store.allDevices() { acks.restore(device, ackedThrough: acked) }
+    }
+
+    var subscriptions: [String] {
+        [topics.allRaw, topics.allMotion] + CommandCatalog.filter.map(topics.allCommands(named:))
+    }
+
+    func handle(_ message: MQTTMessage) {
+        lock.lock()
+        defer { lock.unlock() }
+        switch topics.parse(message.topic) {
+        case .raw(let device): judge(message, device: device)
+        case .motion(let device): motion(message, device: device)
+        case .command(let device, let name):
+            guard let command = context.responder.parse(message, device: device, name: name) else { return }
+            context.responder.answer(command) { try run(command) }
+        default: break
+        }
+    }
+
+    private func row(_ device: DeviceID) throws -> FilterStore.DeviceRow {
+        if let cached = devices[device] { return cached }
+        return try store.device(device) ?? FilterStore.DeviceRow(lastSeq: 0, ackedThrough: 0, state: DeviceFilterState())
+    }
+
+    private func judge(_ message: MQTTMessage, device: DeviceID) {
+        let nowMs = context.clock.nowMs()
+        let raw: RawFix
+        do {
+            raw = try JSONCoding.decoder.decode(RawFix.self, from: Data(message.payload))
+        } catch {
+            context.counters.error()
+            context.publish(Event(device: device, timeMs: nowMs, .error(code: ErrorCode.badInput.rawValue,
+                                                                        message: "raw: unreadable internal message: \(error)")))
+            return
+        }
+        var pointBody: Data?
+        let verdict: Verdict
+        do {
+            var row = try row(device)
+            // At-least-once delivery: anything at or below the last applied seq was applied already.
+            guard raw.seq > row.lastSeq else { context.counters.count("redelivered"); return }
+            verdict = core.judge(FilterInput(raw), state: &row.state)
+            row.lastSeq = raw.seq
+            row.ackedThrough = max(row.ackedThrough, acks.ackedThrough(device) ?? 0)
+            try store.db.transaction {
+                if settings.decisionLog {
+                    try store.insert(.decisions, device: device, seq: raw.seq, sessionID: raw.sessionID,
+                                     body: JSONCoding.encode(verdict.decision))
+                }
+                if settings.rawPoints {
+                    let judged = JudgedPoint(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, latitude: raw.latitude,
+                                             longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps,
+                                             courseDeg: raw.courseDeg, accepted: verdict.decision.accepted,
+                                             reason: verdict.decision.reason)
+                    try store.insert(.judged, device: device, seq: raw.seq, sessionID: raw.sessionID, body: JSONCoding.encode(judged))
+                }
+                if let point = verdict.point {
+                    let body = JSONCoding.encode(PointMessage(device: device, point: point))
+                    try store.insert(.points, device: device, seq: raw.seq, sessionID: nil, body: body)
+                    pointBody = body
+                }
+                try store.save(device, row)
+                if raw.seq % 512 == 0 {
+                    try store.trim(device, lastSeq: row.lastSeq, ackedThrough: row.ackedThrough, keep: settings.retentionPerDevice)
+                }
+            }
+            devices[device] = row
+        } catch {
+            devices[device] = nil
+            context.counters.error()
+            context.logger.error("store failed; fix not judged", ["device": device.rawValue, "seq": "\(raw.seq)", "error": "\(error)"])
+            return
+        }
+        context.counters.processed()
+        context.counters.lag(nowMs - raw.receivedMs)
+        if let point = verdict.point, let pointBody {
+            publishPoint(device, seq: point.seq, body: Array(pointBody))
+            context.publish(Event(device: device, timeMs: point.timeMs, .location(point)))
+        } else if shouldPublishRejection(device) {
+            context.publish(Event(device: device, timeMs: raw.timeMs, .locationRejected(verdict.decision)))
+        }
+        context.counters.queueDepth(Int64(acks.pendingCount))
+    }
+
+    private func shouldPublishRejection(_ device: DeviceID) -> Bool {
+        switch settings.rejectionEvents {
+        case .all: return true
+        case .off: return false
+        case .sampled:
+            let n = rejectionCounts[device, default: 0]
+            rejectionCounts[device] = n + 1
+            return n % settings.rejectionSampleEvery == 0
+        }
+    }
+
+    private func publishPoint(_ device: DeviceID, seq: Int64, body: [UInt8]) {
+        acks.sent(device, seq)
+        let acks = self.acks
+        do {
+            try context.client.publish(MQTTMessage(topic: topics.points(device), payload: body)) { result in
+                if case .success = result { acks.acknowledged(device, seq) }
+            }
+        } catch {
+            context.logger.warning("point not published yet", ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
+        }
+    }
+
+    private func motion(_ message: MQTTMessage, device: DeviceID) {
+        guard let update = try? JSONCoding.decoder.decode(MotionMessage.self, from: Data(message.payload)) else {
+            context.counters.error()
+            context.logger.warning("unreadable motion message", ["device": device.rawValue])
+            return
+        }
+        do {
+            var row = try row(device)
+            row.state.externalMotion = update.state
+            try store.save(device, row)
+            devices[device] = row
+        } catch {
+            context.logger.error("store failed; motion state not saved", ["device": device.rawValue, "error": "\(error)"])
+        }
+    }
+
+    func connected(reconnect: Bool) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard !republished else { return }
+        republished = true
+        do {
+            for (device, acked) in try store.allDevices() {
+                for (seq, body) in try store.unacknowledgedPoints(device, after: acked) {
+                    publishPoint(device, seq: seq, body: Array(body.utf8))
+                }
+            }
+        } catch {
+            context.logger.error("cannot read the outbox", ["error": "\(error)"])
+        }
+    }
+
+    func tick() {
+        lock.lock()
+        defer { lock.unlock() }
+        do {
+            try store.db.transaction {
+                for (device, acked) in acks.all() where acked > (devices[device]?.ackedThrough ?? 0) {
+                    try store.saveAckedThrough(device, acked)
+                    devices[device]?.ackedThrough = acked
+                }
+            }
+        } catch {
+            context.logger.error("periodic save failed", ["error": "\(error)"])
+        }
+    }
+
+    func close() { tick() }
+
+    private func run(_ command: IncomingCommand) throws -> any Encodable {
+        guard !command.device.isReserved else {
+            throw CommandError(.badInput, "'\(command.name)' is a per-device command, not for \(command.device)")
+        }
+        let args = try command.arguments(PageArgs.self)
+        let page = try args.validated()
+        switch command.name {
+        case "getDecisions":
+            guard settings.decisionLog else { throw CommandError(.notReady, "the decision log is off (decisionLog: false)") }
+            return try store.page(.decisions, device: command.device, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+        case "getRawPoints":
+            guard settings.rawPoints else { throw CommandError(.notReady, "judged points are off (rawPoints: false)") }
+            return try store.page(.judged, device: command.device, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+        default:
+            throw CommandError(.notFound, "no command named '\(command.name)'")
+        }
+    }
+}

@@ -1,0 +1,98 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+/// Gateway and filter as real processes: fixes in, points and verdicts out.
+@Suite(.serialized) struct FilterEndToEndTests {
+    let broker: TestBroker
+    let gateway: ServiceHarness
+    let filter: ServiceHarness
+
+    init() throws {
+        broker = try TestBroker()
+        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
+        filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["healthIntervalSec": 0.2])
+        try gateway.start()
+        try filter.start()
+    }
+
+    func waitUntilOnline() async throws {
+        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
+        try await health.wait(description: "both online") { all in
+            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }
+                .filter { $0.status == .online }.map(\.service)).count == 2
+        }
+        await health.close()
+    }
+
+    @Test func cityRunBecomesPointsWithAPlausibleOdometer() async throws {
+        try await waitUntilOnline()
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points", "tracker/+/events"])
+        let publisher = try await TestClient.connect(port: broker.port)
+        for line in try Fixtures.lines("city-run.jsonl") {
+            try await publisher.publishAndWait(MQTTMessage(topic: "tracker/run1/fixes", string: line))
+        }
+        // Every fix gets a verdict: a location or a locationRejected event.
+        try await out.wait(description: "30 verdicts") { all in
+            all.filter { $0.string.contains(#""type":"location"#) }.count >= 30
+        }
+        let events = out.events()
+        let rejected = events.compactMap { e -> Decision? in if case .locationRejected(let d) = e.body { d } else { nil } }
+        #expect(!rejected.contains { $0.reason == "implied_speed" || $0.reason == "innovation_outlier" })
+        let points = out.decoded(PointMessage.self, topicSuffix: "/points").map(\.point)
+        #expect(points.count + rejected.count == 30)
+        let odometer = try #require(points.last?.odometerM)
+        #expect((80...130).contains(odometer), "odometer \(odometer)")
+
+        let decisions = try await TestClient.command(publisher, device: "run1", "getDecisions", args: .object(["limit": .number(100)]))
+        #expect(decisions.result?.arrayValue?.count == 30)
+        let judged = try await TestClient.command(publisher, device: "run1", "getRawPoints", args: .object(["limit": .number(5)]))
+        #expect(judged.result?.arrayValue?.map { $0["seq"]?.int64Value } == [1, 2, 3, 4, 5])
+        let bad = try await TestClient.command(publisher, device: "run1", "getDecisions", args: .object(["limit": .string("all")]))
+        #expect(bad.ok == false && bad.code == "badInput")
+    }
+
+    @Test func killNineMidStreamGivesTheSamePoints() async throws {
+        try await waitUntilOnline()
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points"])
+        let publisher = try await TestClient.connect(port: broker.port)
+        let lines = Array(try Fixtures.lines("munich-drive.jsonl").prefix(600))
+        for (index, line) in lines.enumerated() {
+            try publisher.publish(MQTTMessage(topic: "tracker/m1/fixes", string: line))
+            if index == 250 {
+                await publisher.drain()
+                try await out.wait(count: 50, topicSuffix: "/points")
+                filter.kill9()
+            }
+            if index == 400 { await publisher.drain(); try filter.start() }
+        }
+        await publisher.drain()
+        // The uninterrupted verdicts, from the pure core on the same fixes.
+        let decisions = try await waitForDecisions(publisher, device: "m1", count: 600)
+        let expectedSeqs = decisions.filter { $0["accepted"]?.boolValue == true }.compactMap { $0["seq"]?.int64Value }
+        try await out.wait(timeout: 30, description: "all points") { all in
+            Set(all.compactMap { try? JSONCoding.decoder.decode(PointMessage.self, from: Data($0.payload)).point.seq }).count >= expectedSeqs.count
+        }
+        let points = out.decoded(PointMessage.self, topicSuffix: "/points").map(\.point)
+        var bySeq: [Int64: TrackPoint] = [:]
+        for p in points {
+            if let earlier = bySeq[p.seq] { #expect(earlier == p, "seq \(p.seq) published twice with different content") }
+            bySeq[p.seq] = p
+        }
+        #expect(bySeq.keys.sorted() == expectedSeqs)
+        // Decisions cover every seq exactly once.
+        #expect(decisions.compactMap { $0["seq"]?.int64Value } == Array(1...600))
+    }
+
+    func waitForDecisions(_ client: MQTTClient, device: String, count: Int) async throws -> [JSONValue] {
+        let deadline = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < deadline {
+            let reply = try await TestClient.command(client, device: device, "getDecisions", args: .object(["limit": .number(Double(count))]))
+            if let rows = reply.result?.arrayValue, rows.count >= count { return rows }
+            await Task.yield()
+        }
+        throw TestSupportError("decision log never reached \(count) rows")
+    }
+}
