@@ -1,3 +1,4 @@
+import Bus
 import Model
 import Synchronization
 
@@ -47,4 +48,27 @@ public final class AckTracker: Sendable {
     public var pendingCount: Int { state.withLock { $0.values.reduce(0) { $0 + $1.pending.count } } }
 
     public func all() -> [DeviceID: Int64] { state.withLock { $0.mapValues(\.ackedThrough) } }
+}
+
+/// Publishes a service's stored internal messages (QoS 1) and follows their
+/// acknowledgements; the stored row stays the source until acknowledged.
+public struct Outbox: Sendable {
+    public let acks = AckTracker()
+    let client: MQTTClient
+    let logger: Logger
+
+    public init(client: MQTTClient, logger: Logger) { self.client = client; self.logger = logger }
+
+    public func publish(_ device: DeviceID, seq: Int64, topic: String, body: [UInt8]) {
+        acks.sent(device, seq)
+        let acks = self.acks
+        do {
+            try client.publish(MQTTMessage(topic: topic, payload: body)) { result in
+                if case .success = result { acks.acknowledged(device, seq) }
+            }
+        } catch {
+            // Stays unacknowledged in the store; republished on the next start.
+            logger.warning("internal message not published yet", ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
+        }
+    }
 }

@@ -68,28 +68,3 @@ public struct CommandResponder: Sendable {
     }
 }
 
-/// Turns a DecodingError into "field: problem".
-public enum DecodingErrorText {
-    public static func describe(_ error: DecodingError) -> String {
-        func path(_ context: DecodingError.Context, _ key: (any CodingKey)? = nil) -> String {
-            let keys = (context.codingPath + (key.map { [$0] } ?? [])).map { k in k.intValue.map { "[\($0)]" } ?? k.stringValue }
-            return keys.isEmpty ? "payload" : keys.joined(separator: ".").replacingOccurrences(of: ".[", with: "[")
-        }
-        switch error {
-        case .keyNotFound(let key, let context): return "\(path(context, key)): required field is missing"
-        case .typeMismatch(let type, let context): return "\(path(context)): expected \(typeName(type))"
-        case .valueNotFound(let type, let context): return "\(path(context)): expected \(typeName(type)), found null"
-        case .dataCorrupted(let context): return "\(path(context)): \(context.debugDescription)"
-        @unknown default: return "\(error)"
-        }
-    }
-
-    static func typeName(_ type: Any.Type) -> String {
-        switch type {
-        case is Double.Type, is Float.Type, is Int.Type, is Int64.Type: "a number"
-        case is String.Type: "a string"
-        case is Bool.Type: "true or false"
-        default: "\(type)"
-        }
-    }
-}

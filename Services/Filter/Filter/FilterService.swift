@@ -48,7 +48,8 @@ final class FilterService: TrackerService, @unchecked Sendable {
     private let settings: FilterSettings
     private let store: FilterStore
     private let core: FilterCore
-    private let acks = AckTracker()
+    private let outbox: Outbox
+    private var acks: AckTracker { outbox.acks }
     private let lock = NSLock()
     private var devices: [DeviceID: FilterStore.DeviceRow] = [:]
     private var rejectionCounts: [DeviceID: Int] = [:]
@@ -58,6 +59,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
 
     init(context: ServiceContext, settings: FilterSettings) throws {
         self.context = context
+        self.outbox = Outbox(client: context.client, logger: context.logger)
         self.settings = settings
         self.store = try FilterStore(path: context.databasePath())
         self.core = FilterCore(profile: settings.profile)
@@ -158,15 +160,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
     }
 
     private func publishPoint(_ device: DeviceID, seq: Int64, body: [UInt8]) {
-        acks.sent(device, seq)
-        let acks = self.acks
-        do {
-            try context.client.publish(MQTTMessage(topic: topics.points(device), payload: body)) { result in
-                if case .success = result { acks.acknowledged(device, seq) }
-            }
-        } catch {
-            context.logger.warning("point not published yet", ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
-        }
+        outbox.publish(device, seq: seq, topic: topics.points(device), body: body)
     }
 
     private func motion(_ message: MQTTMessage, device: DeviceID) {

@@ -38,7 +38,8 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     private let store: GatewayStore
     private let parser: FixParser
     private let rules: SessionRules
-    private let acks = AckTracker()
+    private let outbox: Outbox
+    private var acks: AckTracker { outbox.acks }
     private let lock = NSLock()
     private var devices: [DeviceID: GatewayStore.DeviceRow] = [:]
     private var republished = false
@@ -47,6 +48,7 @@ final class GatewayService: TrackerService, @unchecked Sendable {
 
     init(context: ServiceContext, settings: GatewaySettings) throws {
         self.context = context
+        self.outbox = Outbox(client: context.client, logger: context.logger)
         self.settings = settings
         self.store = try GatewayStore(path: context.databasePath())
         self.parser = FixParser(validator: settings.validator)
@@ -163,16 +165,7 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     }
 
     private func publishRaw(_ device: DeviceID, seq: Int64, body: [UInt8]) {
-        acks.sent(device, seq)
-        let acks = self.acks
-        do {
-            try context.client.publish(MQTTMessage(topic: topics.raw(device), payload: body)) { result in
-                if case .success = result { acks.acknowledged(device, seq) }
-            }
-        } catch {
-            // Stays unacknowledged in the ring; republished on the next start.
-            context.logger.warning("raw fix not published yet", ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
-        }
+        outbox.publish(device, seq: seq, topic: topics.raw(device), body: body)
     }
 
     private func publishSessionEffect(_ effect: SessionEffect, nowMs: Int64) {

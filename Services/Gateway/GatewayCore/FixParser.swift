@@ -109,7 +109,7 @@ public struct FixParser: Sendable {
         if case .dataCorrupted(let context) = decodingError, context.codingPath.isEmpty {
             return InputProblem("payload is not valid JSON")
         }
-        return InputProblem(DecodingErrorTextLite.describe(decodingError))
+        return InputProblem(DecodingErrorText.describe(decodingError))
     }
 }
 
@@ -144,31 +144,3 @@ struct OwnTracksLocation: Decodable {
     }
 }
 
-/// "field: problem" from a DecodingError (the core cannot import Runtime).
-enum DecodingErrorTextLite {
-    static func describe(_ error: DecodingError) -> String {
-        func path(_ context: DecodingError.Context, _ key: (any CodingKey)? = nil) -> String {
-            let keys = context.codingPath + (key.map { [$0] } ?? [])
-            var text = ""
-            for k in keys {
-                if let i = k.intValue { text += "[\(i)]" } else { text += text.isEmpty ? k.stringValue : ".\(k.stringValue)" }
-            }
-            return text.isEmpty ? "payload" : text.replacingOccurrences(of: "] ", with: "]")
-        }
-        func name(_ type: Any.Type) -> String {
-            switch type {
-            case is Double.Type, is Int.Type: "a number"
-            case is String.Type: "a string"
-            case is Bool.Type: "true or false"
-            default: "a \(type)"
-            }
-        }
-        switch error {
-        case .keyNotFound(let key, let context): return "\(path(context, key)): required field is missing"
-        case .typeMismatch(let type, let context): return "\(path(context)): expected \(name(type))"
-        case .valueNotFound(let type, let context): return "\(path(context)): expected \(name(type)), found null"
-        case .dataCorrupted(let context): return "\(path(context)): \(context.debugDescription)"
-        @unknown default: return "\(error)"
-        }
-    }
-}
