@@ -9,20 +9,30 @@ import TestSupport
 enum Throughput {
     static let fixTemplate = #"{"t":%.3f,"lat":%.6f,"lon":%.6f,"acc":10,"speed":1.54,"course":263.6}"#
 
-    /// One publisher to one subscriber, QoS 1, ~100-byte fix payloads: the ceiling.
-    static func brokerCeiling(_ broker: TestBroker, count: Int) async throws -> Double {
-        let sink = try await MessageCollector(port: broker.port, filters: ["bench/ceiling"])
+    /// Publishes every payload (QoS 1, at most 1,000 in flight) and returns
+    /// messages per second until `count` arrived on topics ending `/leaf`.
+    static func pump(_ broker: TestBroker, _ sink: MessageCollector, _ payloads: [(topic: String, payload: [UInt8])],
+                     leaf: String, count: Int) async throws -> Double {
         let publisher = try await TestClient.connect(port: broker.port)
-        let payloads = (0..<count).map { i in Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i), 48.1, 11.5).utf8) }
         let start = ContinuousClock.now
         for p in payloads {
             while publisher.inFlight > 1_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: "bench/ceiling", payload: p))
+            try publisher.publish(MQTTMessage(topic: p.topic, payload: p.payload))
         }
-        try await sink.wait(count: count, topicSuffix: "/ceiling", timeout: 120)
+        try await sink.wait(count: count, topicSuffix: "/\(leaf)", timeout: 300)
         let seconds = (ContinuousClock.now - start).seconds
-        await sink.close(); await publisher.disconnect()
+        await sink.close()
+        await publisher.disconnect()
         return Double(count) / seconds
+    }
+
+    /// One publisher to one subscriber, QoS 1, ~100-byte fix payloads: the ceiling.
+    static func brokerCeiling(_ broker: TestBroker, count: Int) async throws -> Double {
+        let sink = try await MessageCollector(port: broker.port, filters: ["bench/ceiling"])
+        let payloads = (0..<count).map { i in
+            (topic: "bench/ceiling", payload: Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i), 48.1, 11.5).utf8))
+        }
+        return try await pump(broker, sink, payloads, leaf: "ceiling", count: count)
     }
 
     /// Fixes published on `tracker/{d}/fixes` until the same number came out on `raw`.
@@ -32,21 +42,12 @@ enum Throughput {
         defer { gateway.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
         try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
-        let publisher = try await TestClient.connect(port: broker.port)
         let devices = 8
         let payloads = (0..<count).map { i in
             (topic: "tracker/bench\(i % devices)/fixes",
              payload: Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i / devices), 48.1 + Double(i) * 1e-6, 11.5).utf8))
         }
-        let start = ContinuousClock.now
-        for p in payloads {
-            while publisher.inFlight > 1_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: p.topic, payload: p.payload))
-        }
-        try await sink.wait(count: count, topicSuffix: "/raw", timeout: 300)
-        let seconds = (ContinuousClock.now - start).seconds
-        await sink.close(); await publisher.disconnect()
-        return Double(count) / seconds
+        return try await pump(broker, sink, payloads, leaf: "raw", count: count)
     }
 
     /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
@@ -56,11 +57,10 @@ enum Throughput {
         defer { filter.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
         try await sink.wait(description: "filter online") { $0.contains { $0.topic.hasSuffix("/filter") } }
-        let publisher = try await TestClient.connect(port: broker.port)
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let noisy = NoiseGenerator(seed: 1).apply(to: truth)
         let devices = 8
-        let payloads = (0..<count).map { i -> (String, [UInt8]) in
+        let payloads = (0..<count).map { i -> (topic: String, payload: [UInt8]) in
             let device = DeviceID("fbench\(i % devices)")!
             let lap = i / devices / noisy.count
             let s = noisy[(i / devices) % noisy.count]
@@ -69,15 +69,7 @@ enum Throughput {
                              latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
             return ("tracker/\(device)/raw", Array(JSONCoding.encode(raw)))
         }
-        let start = ContinuousClock.now
-        for (topic, payload) in payloads {
-            while publisher.inFlight > 1_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: topic, payload: payload))
-        }
-        try await sink.wait(count: count, topicSuffix: "/events", timeout: 300)
-        let seconds = (ContinuousClock.now - start).seconds
-        await sink.close(); await publisher.disconnect()
-        return Double(count) / seconds
+        return try await pump(broker, sink, payloads, leaf: "events", count: count)
     }
 
     /// FilterCore alone on one core: judgments per second over the noisy drive.

@@ -371,30 +371,34 @@ public final class MQTTClient: @unchecked Sendable {
     }
 }
 
-/// Resumes a continuation exactly once, whichever of result or timeout comes first.
+/// Resumes a continuation exactly once, whichever of result or timeout comes
+/// first; a result that arrives before the continuation is kept for it.
 final class ResumeOnce<T: Sendable>: @unchecked Sendable {
     private let lock = NSLock()
     private var continuation: CheckedContinuation<T, any Error>?
-    private var pending: Result<T, any Error>?
+    private var early: Result<T, any Error>?
+    private var finished = false
 
     func set(_ c: CheckedContinuation<T, any Error>) {
         lock.lock()
-        if let pending { lock.unlock(); c.resume(with: pending); return }
-        continuation = c
+        guard let early else { continuation = c; lock.unlock(); return }
+        finished = true
         lock.unlock()
+        c.resume(with: early)
     }
 
     func resume(_ result: Result<T, any Error>) {
         lock.lock()
-        if let c = continuation {
-            continuation = nil
-            pending = .failure(MQTTError.timedOut(operation: "resumed twice")) // marks done
+        guard !finished else { lock.unlock(); return }
+        guard let c = continuation else {
+            if early == nil { early = result }
             lock.unlock()
-            c.resume(with: result)
             return
         }
-        if pending == nil { pending = result }
+        finished = true
+        continuation = nil
         lock.unlock()
+        c.resume(with: result)
     }
 }
 

@@ -49,21 +49,19 @@ final class FilterService: TrackerService, @unchecked Sendable {
     private let store: FilterStore
     private let core: FilterCore
     private let outbox: Outbox
-    private var acks: AckTracker { outbox.acks }
     private let lock = NSLock()
     private var devices: [DeviceID: FilterStore.DeviceRow] = [:]
     private var rejectionCounts: [DeviceID: Int] = [:]
-    private var republished = false
 
     private var topics: Topics { context.topics }
 
     init(context: ServiceContext, settings: FilterSettings) throws {
         self.context = context
-        self.outbox = Outbox(client: context.client, logger: context.logger)
+        self.outbox = Outbox(client: context.client, logger: context.logger) { [topics = context.topics] in topics.points($0) }
         self.settings = settings
         self.store = try FilterStore(path: context.databasePath())
         self.core = FilterCore(profile: settings.profile)
-        for (device, acked) in try store.allDevices() { acks.restore(device, ackedThrough: acked) }
+        try outbox.restore(from: store)
     }
 
     var subscriptions: [String] {
@@ -85,7 +83,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
 
     private func row(_ device: DeviceID) throws -> FilterStore.DeviceRow {
         if let cached = devices[device] { return cached }
-        return try store.device(device) ?? FilterStore.DeviceRow(lastSeq: 0, ackedThrough: 0, state: DeviceFilterState())
+        return try store.device(device) ?? FilterStore.DeviceRow(lastSeq: 0, state: DeviceFilterState())
     }
 
     private func judge(_ message: MQTTMessage, device: DeviceID) {
@@ -107,7 +105,6 @@ final class FilterService: TrackerService, @unchecked Sendable {
             guard raw.seq > row.lastSeq else { context.counters.count("redelivered"); return }
             verdict = core.judge(FilterInput(raw), state: &row.state)
             row.lastSeq = raw.seq
-            row.ackedThrough = max(row.ackedThrough, acks.ackedThrough(device) ?? 0)
             try store.db.transaction {
                 if settings.decisionLog {
                     try store.insert(.decisions, device: device, seq: raw.seq, sessionID: raw.sessionID,
@@ -127,7 +124,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
                 }
                 try store.save(device, row)
                 if raw.seq % 512 == 0 {
-                    try store.trim(device, lastSeq: row.lastSeq, ackedThrough: row.ackedThrough, keep: settings.retentionPerDevice)
+                    try store.trim(device, lastSeq: row.lastSeq, ackedThrough: outbox.ackedThrough(device), keep: settings.retentionPerDevice)
                 }
             }
             devices[device] = row
@@ -140,12 +137,12 @@ final class FilterService: TrackerService, @unchecked Sendable {
         context.counters.processed()
         context.counters.lag(nowMs - raw.receivedMs)
         if let point = verdict.point, let pointBody {
-            publishPoint(device, seq: point.seq, body: Array(pointBody))
+            outbox.publish(device, seq: point.seq, body: Array(pointBody))
             context.publish(Event(device: device, timeMs: point.timeMs, .location(point)))
         } else if shouldPublishRejection(device) {
             context.publish(Event(device: device, timeMs: raw.timeMs, .locationRejected(verdict.decision)))
         }
-        context.counters.queueDepth(Int64(acks.pendingCount))
+        context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
     private func shouldPublishRejection(_ device: DeviceID) -> Bool {
@@ -157,10 +154,6 @@ final class FilterService: TrackerService, @unchecked Sendable {
             rejectionCounts[device] = n + 1
             return n % settings.rejectionSampleEvery == 0
         }
-    }
-
-    private func publishPoint(_ device: DeviceID, seq: Int64, body: [UInt8]) {
-        outbox.publish(device, seq: seq, topic: topics.points(device), body: body)
     }
 
     private func motion(_ message: MQTTMessage, device: DeviceID) {
@@ -179,32 +172,18 @@ final class FilterService: TrackerService, @unchecked Sendable {
         }
     }
 
+    /// On the first connect, republish whatever the last run may not have delivered.
     func connected(reconnect: Bool) {
         lock.lock()
         defer { lock.unlock() }
-        guard !republished else { return }
-        republished = true
-        do {
-            for (device, acked) in try store.allDevices() {
-                for (seq, body) in try store.unacknowledgedPoints(device, after: acked) {
-                    publishPoint(device, seq: seq, body: Array(body.utf8))
-                }
-            }
-        } catch {
-            context.logger.error("cannot read the outbox", ["error": "\(error)"])
-        }
+        outbox.republishOnce(from: store)
     }
 
     func tick() {
         lock.lock()
         defer { lock.unlock() }
         do {
-            try store.db.transaction {
-                for (device, acked) in acks.all() where acked > (devices[device]?.ackedThrough ?? 0) {
-                    try store.saveAckedThrough(device, acked)
-                    devices[device]?.ackedThrough = acked
-                }
-            }
+            try store.db.transaction { try outbox.saveWatermarks(to: store) }
         } catch {
             context.logger.error("periodic save failed", ["error": "\(error)"])
         }

@@ -1,11 +1,12 @@
 import FilterCore
 import Foundation
 import Model
+import Runtime
 import Store
 
 /// The filter's SQLite state: per-device filter state with its last applied
 /// seq, the decision log, the judged fixes (layer 3) and the points outbox.
-final class FilterStore {
+final class FilterStore: OutboxStore {
     let db: Database
 
     init(path: String) throws {
@@ -38,32 +39,30 @@ final class FilterStore {
 
     struct DeviceRow {
         var lastSeq: Int64
-        var ackedThrough: Int64
         var state: DeviceFilterState
     }
 
     func device(_ device: DeviceID) throws -> DeviceRow? {
-        try db.first("SELECT lastSeq, ackedThrough, state FROM devices WHERE device = ?", [.text(device.rawValue)]) {
-            ($0.int64(0), $0.int64(1), $0.string(2))
-        }.map { lastSeq, acked, body in
-            DeviceRow(lastSeq: lastSeq, ackedThrough: acked,
+        try db.first("SELECT lastSeq, state FROM devices WHERE device = ?", [.text(device.rawValue)]) {
+            ($0.int64(0), $0.string(1))
+        }.map { lastSeq, body in
+            DeviceRow(lastSeq: lastSeq,
                       state: try JSONCoding.decoder.decode(DeviceFilterState.self, from: Data(body.utf8)))
         }
     }
 
     func save(_ device: DeviceID, _ row: DeviceRow) throws {
         try db.run("""
-            INSERT INTO devices (device, lastSeq, ackedThrough, state) VALUES (?, ?, ?, ?)
-            ON CONFLICT(device) DO UPDATE SET lastSeq = excluded.lastSeq, ackedThrough = excluded.ackedThrough,
-                state = excluded.state
-            """, .text(device.rawValue), .integer(row.lastSeq), .integer(row.ackedThrough), .json(JSONCoding.encode(row.state)))
+            INSERT INTO devices (device, lastSeq, state) VALUES (?, ?, ?)
+            ON CONFLICT(device) DO UPDATE SET lastSeq = excluded.lastSeq, state = excluded.state
+            """, .text(device.rawValue), .integer(row.lastSeq), .json(JSONCoding.encode(row.state)))
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {
         try db.run("UPDATE devices SET ackedThrough = max(ackedThrough, ?) WHERE device = ?", .integer(seq), .text(device.rawValue))
     }
 
-    func allDevices() throws -> [(DeviceID, Int64)] {
+    func ackWatermarks() throws -> [(DeviceID, Int64)] {
         try db.query("SELECT device, ackedThrough FROM devices") { (DeviceID($0.string(0)), $0.int64(1)) }
             .compactMap { id, acked in id.map { ($0, acked) } }
     }
@@ -90,7 +89,7 @@ final class FilterStore {
         try db.run("DELETE FROM points WHERE device = ? AND seq <= ?", .text(device.rawValue), .integer(min(cutoff, ackedThrough)))
     }
 
-    func unacknowledgedPoints(_ device: DeviceID, after seq: Int64) throws -> [(Int64, String)] {
+    func unacknowledged(_ device: DeviceID, after seq: Int64) throws -> [(seq: Int64, body: String)] {
         try db.query("SELECT seq, body FROM points WHERE device = ? AND seq > ? ORDER BY seq",
                      [.text(device.rawValue), .integer(seq)]) { ($0.int64(0), $0.string(1)) }
     }

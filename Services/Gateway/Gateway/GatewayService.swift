@@ -39,21 +39,19 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     private let parser: FixParser
     private let rules: SessionRules
     private let outbox: Outbox
-    private var acks: AckTracker { outbox.acks }
     private let lock = NSLock()
     private var devices: [DeviceID: GatewayStore.DeviceRow] = [:]
-    private var republished = false
 
     private var topics: Topics { context.topics }
 
     init(context: ServiceContext, settings: GatewaySettings) throws {
         self.context = context
-        self.outbox = Outbox(client: context.client, logger: context.logger)
+        self.outbox = Outbox(client: context.client, logger: context.logger) { [topics = context.topics] in topics.raw($0) }
         self.settings = settings
         self.store = try GatewayStore(path: context.databasePath())
         self.parser = FixParser(validator: settings.validator)
         self.rules = SessionRules(policy: settings.sessionPolicy)
-        for (device, acked) in try store.allDevices() { acks.restore(device, ackedThrough: acked) }
+        try outbox.restore(from: store)
     }
 
     var subscriptions: [String] {
@@ -130,10 +128,9 @@ final class GatewayService: TrackerService, @unchecked Sendable {
                 for effect in sessionEffects {
                     switch effect { case .opened(let s), .closed(let s): try store.saveSession(s) }
                 }
-                row.ackedThrough = max(row.ackedThrough, acks.ackedThrough(device) ?? 0)
                 try store.saveDevice(device, row)
                 if row.lastSeq % 256 == 0 || published.count > 1 {
-                    try store.trim(device, lastSeq: row.lastSeq, ackedThrough: row.ackedThrough, capacity: settings.ringCapacity)
+                    try store.trim(device, lastSeq: row.lastSeq, ackedThrough: outbox.ackedThrough(device), capacity: settings.ringCapacity)
                 }
                 devices[device] = row
             }
@@ -147,7 +144,7 @@ final class GatewayService: TrackerService, @unchecked Sendable {
             return
         }
         for effect in sessionEffects { publishSessionEffect(effect, nowMs: nowMs) }
-        for (raw, body) in published { publishRaw(device, seq: raw.seq, body: Array(body)) }
+        for (raw, body) in published { outbox.publish(device, seq: raw.seq, body: Array(body)) }
         if let last = published.last { context.counters.lag(nowMs - last.0.timeMs) }
         context.counters.processed(Int64(published.count))
         if !duplicates.isEmpty {
@@ -156,16 +153,12 @@ final class GatewayService: TrackerService, @unchecked Sendable {
             context.publish(Event(device: device, timeMs: nowMs, .diagnostic(
                 code: "duplicateFix", message: "dropped \(duplicates.count) fix(es) already received with the same t: \(list)")))
         }
-        context.counters.queueDepth(Int64(acks.pendingCount))
+        context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
     private func deviceRow(_ device: DeviceID) throws -> GatewayStore.DeviceRow {
         if let cached = devices[device] { return cached }
-        return try store.device(device) ?? GatewayStore.DeviceRow(lastSeq: 0, ackedThrough: 0, sessions: DeviceSessions())
-    }
-
-    private func publishRaw(_ device: DeviceID, seq: Int64, body: [UInt8]) {
-        outbox.publish(device, seq: seq, topic: topics.raw(device), body: body)
+        return try store.device(device) ?? GatewayStore.DeviceRow(lastSeq: 0, sessions: DeviceSessions())
     }
 
     private func publishSessionEffect(_ effect: SessionEffect, nowMs: Int64) {
@@ -181,23 +174,11 @@ final class GatewayService: TrackerService, @unchecked Sendable {
 
     /// On the first connect, republish every stored fix the broker may not
     /// have received before the last run ended (consumers skip seqs they have).
+    /// On the first connect, republish whatever the last run may not have delivered.
     func connected(reconnect: Bool) {
         lock.lock()
         defer { lock.unlock() }
-        guard !republished else { return }
-        republished = true
-        do {
-            var count = 0
-            for (device, acked) in try store.allDevices() {
-                for (seq, body) in try store.unacknowledged(device, after: acked) {
-                    publishRaw(device, seq: seq, body: Array(body.utf8))
-                    count += 1
-                }
-            }
-            if count > 0 { context.logger.info("republished unacknowledged raw fixes", ["count": "\(count)"]) }
-        } catch {
-            context.logger.error("cannot read the outbox", ["error": "\(error)"])
-        }
+        outbox.republishOnce(from: store)
     }
 
     func tick() {
@@ -205,23 +186,23 @@ final class GatewayService: TrackerService, @unchecked Sendable {
         defer { lock.unlock() }
         let nowMs = context.clock.nowMs()
         do {
+            try store.db.transaction { try outbox.saveWatermarks(to: store) }
+            var closed: [SessionEffect] = []
             try store.db.transaction {
-                for (device, acked) in acks.all() where acked > (devices[device]?.ackedThrough ?? 0) {
-                    try store.saveAckedThrough(device, acked)
-                    devices[device]?.ackedThrough = acked
-                }
                 for (device, var row) in devices {
                     guard let effect = rules.sweep(&row.sessions, nowMs: nowMs) else { continue }
                     if case .closed(let s) = effect { try store.saveSession(s) }
                     try store.saveDevice(device, row)
                     devices[device] = row
-                    publishSessionEffect(effect, nowMs: nowMs)
+                    closed.append(effect)
                 }
             }
+            closed.forEach { publishSessionEffect($0, nowMs: nowMs) }
         } catch {
+            devices.removeAll()  // a rolled-back sweep: reload rows from the store
             context.logger.error("periodic save failed", ["error": "\(error)"])
         }
-        context.counters.queueDepth(Int64(acks.pendingCount))
+        context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
     func close() {

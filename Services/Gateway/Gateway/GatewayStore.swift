@@ -1,11 +1,12 @@
 import Foundation
 import GatewayCore
 import Model
+import Runtime
 import Store
 
 /// The gateway's SQLite state: per-device seq and session bookkeeping, the
 /// sessions, and the raw-fix ring buffer (which doubles as the outbox).
-final class GatewayStore {
+final class GatewayStore: OutboxStore {
     let db: Database
 
     init(path: String) throws {
@@ -45,29 +46,28 @@ final class GatewayStore {
 
     struct DeviceRow {
         var lastSeq: Int64
-        var ackedThrough: Int64
         var sessions: DeviceSessions
     }
 
     func device(_ device: DeviceID) throws -> DeviceRow? {
         try db.first("""
-            SELECT lastSeq, ackedThrough, sessionID, lastFixMs, lastReceivedMs FROM devices WHERE device = ?
+            SELECT lastSeq, sessionID, lastFixMs, lastReceivedMs FROM devices WHERE device = ?
             """, [.text(device.rawValue)]) { row in
-            (row.int64(0), row.int64(1), row.optionalString(2), row.optionalInt64(3), row.optionalInt64(4))
-        }.map { lastSeq, acked, sessionID, lastFixMs, lastReceivedMs in
+            (row.int64(0), row.optionalString(1), row.optionalInt64(2), row.optionalInt64(3))
+        }.map { lastSeq, sessionID, lastFixMs, lastReceivedMs in
             let session = try sessionID.flatMap { try self.session(id: $0) }
-            return DeviceRow(lastSeq: lastSeq, ackedThrough: acked,
+            return DeviceRow(lastSeq: lastSeq,
                              sessions: DeviceSessions(current: session, lastFixMs: lastFixMs, lastReceivedMs: lastReceivedMs))
         }
     }
 
     func saveDevice(_ device: DeviceID, _ row: DeviceRow) throws {
         try db.run("""
-            INSERT INTO devices (device, lastSeq, ackedThrough, sessionID, lastFixMs, lastReceivedMs)
-            VALUES (?, ?, ?, ?, ?, ?)
-            ON CONFLICT(device) DO UPDATE SET lastSeq = excluded.lastSeq, ackedThrough = excluded.ackedThrough,
+            INSERT INTO devices (device, lastSeq, sessionID, lastFixMs, lastReceivedMs)
+            VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT(device) DO UPDATE SET lastSeq = excluded.lastSeq,
                 sessionID = excluded.sessionID, lastFixMs = excluded.lastFixMs, lastReceivedMs = excluded.lastReceivedMs
-            """, .text(device.rawValue), .integer(row.lastSeq), .integer(row.ackedThrough),
+            """, .text(device.rawValue), .integer(row.lastSeq),
                    .string(row.sessions.current?.id), .int(row.sessions.lastFixMs), .int(row.sessions.lastReceivedMs))
     }
 
@@ -75,7 +75,7 @@ final class GatewayStore {
         try db.run("UPDATE devices SET ackedThrough = max(ackedThrough, ?) WHERE device = ?", .integer(seq), .text(device.rawValue))
     }
 
-    func allDevices() throws -> [(DeviceID, ackedThrough: Int64)] {
+    func ackWatermarks() throws -> [(DeviceID, Int64)] {
         try db.query("SELECT device, ackedThrough FROM devices") { row in
             (DeviceID(row.string(0)), row.int64(1))
         }.compactMap { id, acked in id.map { ($0, acked) } }
