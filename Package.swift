@@ -44,6 +44,7 @@ let package = Package(
 
         // Tests.
         .testTarget(name: "ModelTests", dependencies: ["Model", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "RuntimeTests", dependencies: ["Runtime"], swiftSettings: strict),
         .testTarget(name: "StoreTests", dependencies: ["Store"], swiftSettings: strict),
         .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"],
                     swiftSettings: strict),

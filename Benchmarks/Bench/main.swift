@@ -17,8 +17,12 @@ case "filter-core":
     print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
 case "all", "gateway", "filter":
     let broker = try TestBroker()
-    let ceiling = try await Throughput.brokerCeiling(broker, count: count)
-    ratioLine("broker QoS 1 ceiling", ceiling, ceiling)
+    // The ceiling swings between runs on a shared 2-core machine: take the median of three.
+    var ceilings: [Double] = []
+    for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(broker, count: count)) }
+    let ceiling = ceilings.sorted()[1]
+    print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
+                 ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
     if arguments.first != "filter" { ratioLine("gateway fixes→raw", try await Throughput.gateway(broker, count: count), ceiling) }
     if arguments.first != "gateway" { ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling) }
     if arguments.first == "all" {

@@ -46,6 +46,12 @@ public final class MQTTClient: @unchecked Sendable {
         mosquitto_user_data_set(mosq, Unmanaged.passUnretained(self).toOpaque())
         try check("set protocol", mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, options.protocolVersion.rawValue))
         try check("set tcp_nodelay", mosquitto_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1))
+        if options.protocolVersion == .v5 {
+            // libmosquitto's default of 20 unacknowledged QoS 1 messages each
+            // way makes throughput a function of round-trip time.
+            try check("set receive maximum", mosquitto_int_option(mosq, MOSQ_OPT_RECEIVE_MAXIMUM, options.inFlightWindow))
+            try check("set send maximum", mosquitto_int_option(mosq, MOSQ_OPT_SEND_MAXIMUM, options.inFlightWindow))
+        }
         mosquitto_reconnect_delay_set(mosq, 1, 10, true)
         if let username = options.username {
             try check("set credentials", mosquitto_username_pw_set(mosq, username, options.password))

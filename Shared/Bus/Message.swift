@@ -70,6 +70,8 @@ public struct MQTTOptions: Sendable {
     public var password: String?
     public var will: MQTTMessage?
     public var protocolVersion: ProtocolVersion
+    /// Unacknowledged QoS 1 messages allowed each way (v5 receive/send maximum).
+    public var inFlightWindow: Int32 = 1_000
 
     public init(host: String = "127.0.0.1", port: Int32 = 1883, clientID: String, cleanStart: Bool = true,
                 sessionExpirySec: UInt32 = 0, keepAliveSec: Int32 = 30, username: String? = nil,

@@ -16,6 +16,10 @@ public final class AckTracker: Sendable {
         var pending: Set<Int64> = []
         /// The watermark last written to the store.
         var saved: Int64
+
+        mutating func advance() {
+            while ackedThrough < highestSent, !pending.contains(ackedThrough + 1) { ackedThrough += 1 }
+        }
     }
 
     public init() {}
@@ -27,20 +31,19 @@ public final class AckTracker: Sendable {
 
     public func sent(_ device: DeviceID, _ seq: Int64) {
         state.withLock { all in
-            var p = all[device] ?? Progress(ackedThrough: seq - 1, highestSent: seq - 1, saved: 0)
-            p.pending.insert(seq)
-            p.highestSent = max(p.highestSent, seq)
-            all[device] = p
+            // Mutate in place: copying Progress out would copy its Set on every call.
+            if all[device] == nil { all[device] = Progress(ackedThrough: seq - 1, highestSent: seq - 1, saved: 0) }
+            all[device]!.pending.insert(seq)
+            all[device]!.highestSent = max(all[device]!.highestSent, seq)
         }
     }
 
     public func acknowledged(_ device: DeviceID, _ seq: Int64) {
         state.withLock { all in
-            guard var p = all[device] else { return }
-            p.pending.remove(seq)
+            guard all[device] != nil else { return }
+            all[device]!.pending.remove(seq)
             // Advance over every seq that is no longer pending.
-            while p.ackedThrough < p.highestSent, !p.pending.contains(p.ackedThrough + 1) { p.ackedThrough += 1 }
-            all[device] = p
+            all[device]!.advance()
         }
     }
 

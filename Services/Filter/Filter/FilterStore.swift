@@ -34,6 +34,12 @@ final class FilterStore: OutboxStore {
                 PRIMARY KEY (device, seq)
             ) WITHOUT ROWID;
             """)
+        // Session indexes cost a page of WAL per index on every commit; session
+        // queries are diagnostics and scan the device's own key range instead.
+        migrator.register("2-drop-session-indexes", """
+            DROP INDEX IF EXISTS decisions_by_session;
+            DROP INDEX IF EXISTS judged_by_session;
+            """)
         try migrator.migrate(db)
     }
 

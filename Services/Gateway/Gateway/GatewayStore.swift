@@ -41,6 +41,9 @@ final class GatewayStore: OutboxStore {
             CREATE UNIQUE INDEX raw_fixes_by_time ON raw_fixes(device, timeMs);
             CREATE INDEX raw_fixes_by_session ON raw_fixes(sessionID, seq);
             """)
+        // A session index cost one page of WAL on every fix's commit; session
+        // queries are diagnostics and scan the device's own key range instead.
+        migrator.register("2-drop-session-index", "DROP INDEX IF EXISTS raw_fixes_by_session")
         try migrator.migrate(db)
     }
 
