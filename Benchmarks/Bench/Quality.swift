@@ -14,23 +14,72 @@ enum Quality {
             let score = FilterScore.score(core: core, fixes: noisy.map(Self.input), truthPath: truthPath)
             print("mtv seed \(seed): \(score)")
         }
+        // Many devices and recordings carry no Doppler speed or course.
+        for seed in seeds {
+            let noisy = NoiseGenerator(seed: seed).apply(to: truth).map { s -> NoisySample in
+                var s = s; s.fix.speed = nil; s.fix.course = nil; return s
+            }
+            let score = FilterScore.score(core: core, fixes: noisy.map(Self.input), truthPath: truthPath)
+            print("mtv seed \(seed) without speed: \(score)")
+        }
+        // The real recordings: no truth, but known distances and real jumps.
+        for name in ["city-run.jsonl", "munich-drive.jsonl", "posmo-train.jsonl", "pixel6-walk.jsonl"] {
+            let fixes = try Fixtures.fixes(name)
+            var state = DeviceFilterState()
+            var reasons: [String: Int] = [:]
+            for (i, f) in fixes.enumerated() {
+                let v = core.judge(FilterInput(seq: Int64(i + 1), sessionID: nil, timeMs: f.timeMs, latitude: f.lat, longitude: f.lon,
+                                               accuracyM: f.acc, speedMps: f.speed.flatMap { $0 < 0 ? nil : $0 },
+                                               courseDeg: f.course.flatMap { $0 < 0 ? nil : $0 }), state: &state)
+                reasons[v.decision.reason, default: 0] += 1
+            }
+            let raw = Geodesy.pathLength(fixes.map { ($0.lat, $0.lon) })
+            print(String(format: "%@: odometer %.0f m, raw path %.0f m; ", name as NSString, state.odometerM, raw)
+                  + reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
+        }
         if let debugSeed = ProcessInfo.processInfo.environment["DEBUG_SEED"].flatMap(UInt64.init) {
             var state = DeviceFilterState()
             var previousT = 0.0
-            for s in NoiseGenerator(seed: debugSeed).apply(to: truth) {
+            var lastPoint: (Double, Double)?
+            var lengthStopped = 0.0, lengthMoving = 0.0, truthMoving = 0.0, lastTruth: (Double, Double)?
+            let speedAt = Dictionary(truth.map { ($0.timeMs, $0.speed ?? 0) }, uniquingKeysWith: { a, _ in a })
+            var reasons: [String: Int] = [:]
+            let noSpeed = ProcessInfo.processInfo.environment["NOSPEED"] != nil
+            for var s in NoiseGenerator(seed: debugSeed).apply(to: truth) {
+                if noSpeed { s.fix.speed = nil; s.fix.course = nil }
+                defer {
+                    if let lt = lastTruth, (speedAt[s.fix.timeMs] ?? 0) >= 0.5 { truthMoving += Geodesy.distance(lt.0, lt.1, s.truthLat, s.truthLon) }
+                    lastTruth = (s.truthLat, s.truthLon)
+                }
                 let before = core.estimate(state)
                 let v = core.judge(input(s, seq: 0), state: &state)
+                if let p = v.point {
+                    if let lp = lastPoint {
+                        let d = Geodesy.distance(lp.0, lp.1, p.latitude, p.longitude)
+                        if (speedAt[s.fix.timeMs] ?? 0) < 0.5 { lengthStopped += d } else { lengthMoving += d }
+                    }
+                    lastPoint = (p.latitude, p.longitude)
+                }
+                if !s.isJump { reasons[v.decision.reason + ((speedAt[s.fix.timeMs] ?? 0) < 0.5 ? "@stop" : "@move"), default: 0] += 1 }
                 if s.isJump && v.point != nil {
                     let off = Geodesy.distance(s.fix.lat, s.fix.lon, s.truthLat, s.truthLon)
                     print(String(format: "JUMP ACCEPTED t=%.0f dt=%.0f off=%.0f acc=%.0f estAcc=%.0f speed=%.1f", s.fix.t, s.fix.t - previousT, off, s.fix.acc, before?.accuracyM ?? -1, s.fix.speed ?? -1))
                 }
                 previousT = s.fix.t
             }
+            print(String(format: "length while truth stopped %.0f m, while moving %.0f m (truth moving %.0f m)", lengthStopped, lengthMoving, truthMoving))
+            print(reasons.sorted { $0.key < $1.key })
         }
         let parked = NoiseGenerator(seed: 7).parked(lat: 48.137, lon: 11.575, hours: 8)
         var state = DeviceFilterState()
         for (i, s) in parked.enumerated() { _ = core.judge(input(s, seq: Int64(i + 1)), state: &state) }
         print(String(format: "parked 8 h: odometer %.1f m", state.odometerM))
+        state = DeviceFilterState()
+        for (i, s) in parked.enumerated() {
+            var f = input(s, seq: Int64(i + 1)); f.speedMps = nil
+            _ = core.judge(f, state: &state)
+        }
+        print(String(format: "parked 8 h without speed: odometer %.1f m", state.odometerM))
     }
 
     static func input(_ s: NoisySample) -> (fix: FilterInput, truthLat: Double, truthLon: Double, isJump: Bool) {

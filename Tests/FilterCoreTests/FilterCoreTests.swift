@@ -47,7 +47,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     @Test func duplicateOutOfOrderAndStaleHaveTheirOwnReasons() {
         let (verdicts, _) = judgeAll([
             fix(1, dtMs: 0), fix(2, dtMs: 60_000, north: 50), fix(3, dtMs: 60_000, north: 50),
-            fix(4, dtMs: 50_000, north: 40), fix(5, dtMs: 1_000), fix(6, dtMs: 61_000, north: 55),
+            fix(4, dtMs: 50_000, north: 40), fix(5, dtMs: 1_000), fix(6, dtMs: 61_000, north: 80),
         ])
         #expect(verdicts.map(\.decision.reason) == ["accepted", "accepted", "duplicate", "out_of_order", "stale", "accepted"])
     }
@@ -87,26 +87,51 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
 }
 
 @Suite struct NoisyTruthTests {
-    @Test(arguments: [1, 2, 3] as [UInt64])
-    func scoresOnTheSeededNoisyDrive(seed: UInt64) throws {
+    func score(seed: UInt64, dropSpeed: Bool) throws -> FilterScore {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let noisy = NoiseGenerator(seed: seed).apply(to: truth)
-        let score = FilterScore.score(
+        let noisy = NoiseGenerator(seed: seed).apply(to: truth).map { s -> NoisySample in
+            var s = s
+            if dropSpeed { s.fix.speed = nil; s.fix.course = nil }
+            return s
+        }
+        return FilterScore.score(
             core: FilterCore(),
             fixes: noisy.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
             truthPath: truth.map { ($0.lat, $0.lon) })
-        // Issue 3 asks ≥ 99 % jumps, ≤ 3 % length: these bounds guard today's level (see README, Filter quality).
-        #expect(score.jumpRejection >= 0.95, "\(score)")
+    }
+
+    /// The issue's targets, on phone-like noise (fixes carry Doppler speed and course).
+    @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func meetsTheTargetsOnTheSeededNoisyDrive(seed: UInt64) throws {
+        let score = try score(seed: seed, dropSpeed: false)
+        #expect(score.rawLengthM > 3 * score.truthLengthM)  // the noise is real: raw fixes are far too long
+        #expect(abs(score.lengthError) <= 0.03, "\(score)")
+        #expect(score.jumpRejection >= 0.99, "\(score)")
         #expect(score.cleanOutlierRate <= 0.02, "\(score)")
         #expect(score.rmseRatio <= 0.6, "\(score)")
-        // Raw noisy fixes are several times too long; the filter brings the length close to the truth.
-        #expect(score.rawLengthM > 3 * score.truthLengthM)
-        #expect(abs(score.lengthError) <= 0.12, "\(score)")
+    }
+
+    /// Without speed or course the filter must still work; these bounds guard today's level.
+    @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func staysUsefulWithoutDoppler(seed: UInt64) throws {
+        let score = try score(seed: seed, dropSpeed: true)
+        #expect(abs(score.lengthError) <= 0.25, "\(score)")
+        #expect(score.jumpRejection >= 0.98, "\(score)")
+        #expect(score.cleanOutlierRate <= 0.02, "\(score)")
+        #expect(score.rmseRatio <= 0.85, "\(score)")
     }
 
     @Test func eightHoursParkedBarelyMoveTheOdometer() {
         let parked = NoiseGenerator(seed: 7).parked(lat: 48.137, lon: 11.575, hours: 8)
         let (_, state) = judgeAll(inputs(parked.map(\.fix)))
+        #expect(state.odometerM < 50, "odometer \(state.odometerM)")
+    }
+
+    @Test func eightHoursParkedWithoutDoppler() {
+        let parked = NoiseGenerator(seed: 7).parked(lat: 48.137, lon: 11.575, hours: 8).map { s -> DeviceFix in
+            var f = s.fix; f.speed = nil; return f
+        }
+        let (_, state) = judgeAll(inputs(parked))
         #expect(state.odometerM < 250, "odometer \(state.odometerM)")
     }
 }

@@ -18,12 +18,12 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var externalMotion: MotionState?
     /// Our own stationary detection: where the device is parked, if it is.
     public var stationaryAnchor: Anchor?
-    /// Seconds the estimated speed has stayed low.
-    public var slowSinceMs: Int64?
     /// Recent outliers, to recover when the filter (not the fixes) is wrong.
     public var outlierRun: [OutlierFix] = []
     /// Consecutive fixes beyond the parked radius.
     public var leavingCount = 0
+    /// Recent movement, for stop detection without Doppler speed.
+    public var trend = TrendWindows()
 
     public init() {}
 
@@ -129,19 +129,19 @@ public struct FilterCore: Sendable {
         }
 
         // Parked: fixes around the anchor are drift. They keep the filter
-        // current but never move the point; two in a row beyond twice the
-        // radius mean the device is leaving.
+        // current but never move the point. Leaving takes two fixes in a row
+        // that say so: Doppler speed ≥ 1 m/s, or (without Doppler) a position
+        // beyond twice the radius, or any position beyond four times it.
         if let anchor = state.stationaryAnchor {
             let fromAnchor = hypot(x - anchor.x, y - anchor.y)
             let radius = max(profile.stationaryRadiusM, accuracy)
-            let beyond = fromAnchor > 2 * radius || (fromAnchor > radius && (fix.speedMps ?? 0) >= 1)
-            if !beyond || state.leavingCount < 1 {
-                state.leavingCount = beyond ? state.leavingCount + 1 : 0
-                if !beyond { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
+            let leaving = fix.speedMps.map { $0 >= 1 } ?? (fromAnchor > 2 * radius) || fromAnchor > 4 * radius
+            state.leavingCount = leaving ? state.leavingCount + 1 : 0
+            if state.leavingCount < 2 {
+                if !leaving || fromAnchor <= 2 * radius { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
                 return reject(fix, .stationaryDrift, state: state, measured: fromAnchor, limit: radius)
             }
             state.stationaryAnchor = nil
-            state.slowSinceMs = nil
             state.leavingCount = 0
             // From standstill the speed is unknown: let the filter pick it up.
             if var east = state.east, var north = state.north {
@@ -167,18 +167,24 @@ public struct FilterCore: Sendable {
         }
         east.update(position: x, r: r)
         north.update(position: y, r: r)
-        if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
-            // Doppler speed is far better than differenced positions; course is
-            // only meaningful when moving.
-            let rv = 0.25 + 0.0004 * speed * speed
-            let radians = course * .pi / 180
-            east.update(velocity: speed * sin(radians), r: rv)
-            north.update(velocity: speed * cos(radians), r: rv)
+        if let speed = fix.speedMps {
+            // Doppler speed is far better than differenced positions. Course
+            // is only meaningful when moving; standing still needs none.
+            if speed < 0.3 {
+                east.update(velocity: 0, r: 0.09)
+                north.update(velocity: 0, r: 0.09)
+            } else if let course = fix.courseDeg, speed >= 2 {
+                let rv = 0.25 + 0.0004 * speed * speed
+                let radians = course * .pi / 180
+                east.update(velocity: speed * sin(radians), r: rv)
+                north.update(velocity: speed * cos(radians), r: rv)
+            }
         }
         state.east = east
         state.north = north
         state.filterTimeMs = fix.timeMs
         state.outlierRun.removeAll()
+        state.trend.add(x: x, y: y, sigma: sigma, timeMs: fix.timeMs)
 
         // 7. Stationary drift suppression.
         let estimatedSpeed = hypot(east.velocity, north.velocity)
@@ -188,11 +194,13 @@ public struct FilterCore: Sendable {
             return reject(fix, .stationaryDrift, state: state, measured: 0, limit: profile.stationaryRadiusM)
         }
 
-        // 8. Minimum spacing.
+        // 8. Minimum spacing: a step shorter than the estimate's own
+        // uncertainty is mostly noise and would only lengthen the track.
         if let last = state.lastAccepted {
             let spacing = hypot(east.position - last.x, north.position - last.y)
-            if spacing < profile.minSpacingM {
-                return reject(fix, .minSpacing, state: state, measured: spacing, limit: profile.minSpacingM)
+            let minimum = max(profile.minSpacingM, max(east.pp, north.pp).squareRoot())
+            if spacing < minimum {
+                return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
             }
         }
         return accept(fix, state: &state)
@@ -214,7 +222,7 @@ public struct FilterCore: Sendable {
         state.filterTimeMs = fix.timeMs
         state.outlierRun.removeAll()
         state.stationaryAnchor = nil
-        state.slowSinceMs = nil
+        state.trend = TrendWindows()
         return accept(fix, state: &state)
     }
 
@@ -263,21 +271,21 @@ public struct FilterCore: Sendable {
             return
         case .moving?:
             state.stationaryAnchor = nil
-            state.slowSinceMs = nil
             return
         default:
             break
         }
         guard state.stationaryAnchor == nil else { return }
         // Doppler speed, when the fix has it, is the better witness of standing still.
-        let slow = fix.speedMps.map { $0 < 0.5 } ?? (speed < 1.0)
-        if slow {
-            let since = state.slowSinceMs ?? fix.timeMs
-            state.slowSinceMs = since
-            if fix.timeMs - since >= 5_000 { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
+        // Doppler says "stopped" at once. Without it, the fixes' own trend must
+        // be confidently slow: under 1 m/s even after adding its uncertainty.
+        let slow: Bool
+        if let doppler = fix.speedMps {
+            slow = doppler < 0.5
         } else {
-            state.slowSinceMs = nil
+            slow = state.trend.confidentlySlowerThan(1.0)
         }
+        if slow { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
     }
 
     /// Parks on the last emitted point when it is close, so the stop is one node.
@@ -341,6 +349,7 @@ public struct FilterCore: Sendable {
         s.north?.position = ny
         if let a = state.lastAccepted { let (x, y) = move(a.x, a.y); s.lastAccepted?.x = x; s.lastAccepted?.y = y }
         if let a = state.stationaryAnchor { let (x, y) = move(a.x, a.y); s.stationaryAnchor = .init(x: x, y: y) }
+        s.trend = TrendWindows()  // positions moved frame; start the trend afresh
         s.outlierRun = state.outlierRun.map { o in let (x, y) = move(o.x, o.y); return .init(x: x, y: y, timeMs: o.timeMs, accuracyM: o.accuracyM) }
         return s
     }
