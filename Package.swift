@@ -39,7 +39,7 @@ let package = Package(
                           path: "Services/Filter/Filter", swiftSettings: strict),
         .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime"], path: "Services/Ctl",
                           swiftSettings: strict),
-        .executableTarget(name: "Bench", dependencies: ["Model", "Bus", "TestSupport", "FilterCore"],
+        .executableTarget(name: "Bench", dependencies: ["Model", "Bus", "Store", "TestSupport", "FilterCore"],
                           path: "Benchmarks/Bench", swiftSettings: strict),
 
         // Tests.

@@ -21,6 +21,15 @@ enum Throughput {
         }
         try await sink.wait(count: count, topicSuffix: "/\(leaf)", timeout: 300)
         let seconds = (ContinuousClock.now - start).seconds
+        // The service's own view: how many messages each commit carried.
+        _ = try? await sink.wait(timeout: 3, description: "final health") { all in
+            all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.processed ?? 0) >= Int64(count) }
+        }
+        if let health = sink.decoded(Health.self, topicSuffix: "/" + (sink.messages.last { $0.topic.contains("_health") }?.topic.split(separator: "/").last.map(String.init) ?? "")).last,
+           let commits = health.counters?["commits"], commits > 0 {
+            print(String(format: "  (%@: %lld messages in %lld commits, %.1f per commit)", health.service as NSString,
+                         health.processed, commits, Double(health.processed) / Double(commits)))
+        }
         await sink.close()
         await publisher.disconnect()
         return Double(count) / seconds
@@ -37,7 +46,8 @@ enum Throughput {
 
     /// Fixes published on `tracker/{d}/fixes` until the same number came out on `raw`.
     static func gateway(_ broker: TestBroker, count: Int) async throws -> Double {
-        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["logLevel": "warning"])
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
+                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5])
         try gateway.start()
         defer { gateway.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
@@ -52,7 +62,8 @@ enum Throughput {
 
     /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
     static func filter(_ broker: TestBroker, count: Int) async throws -> Double {
-        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["logLevel": "warning"])
+        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
+                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5])
         try filter.start()
         defer { filter.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])

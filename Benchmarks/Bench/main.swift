@@ -13,6 +13,8 @@ func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double) {
 switch arguments.first {
 case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
+case "store":
+    try StoreBench.run(count: count)
 case "filter-core":
     print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
 case "all", "gateway", "filter":

@@ -18,9 +18,10 @@ struct Ctl {
 
     static func main() async {
         var args = Arguments(Array(CommandLine.arguments.dropFirst()))
-        guard let command = args.positional() else { fail(usage, code: 64) }
         do {
+            // Connection options first, so `--port 1884 health` works too.
             let connection = try Connection(&args)
+            guard let command = args.positional() else { fail(usage, code: 64) }
             switch command {
             case "replay": try await replay(&args, connection)
             case "events": try await events(&args, connection)
@@ -44,15 +45,18 @@ struct Ctl {
     // MARK: replay
 
     static func replay(_ args: inout Arguments, _ connection: Connection) async throws {
+        let deviceValue = args.value("--device")
+        let speedValue = args.value("--speed")
+        let rebase = args.flag("--rebase")
         guard let path = args.positional() else { throw UsageError("replay needs a FILE") }
-        guard let deviceText = args.value("--device") else { throw UsageError("replay needs --device ID") }
+        guard let deviceText = deviceValue else { throw UsageError("replay needs --device ID") }
         guard let device = DeviceID(deviceText) else { throw UsageError("--device: '\(deviceText)' is not a valid device id") }
-        let speedText = args.value("--speed") ?? "1"
+        let speedText = speedValue ?? "1"
         guard let speed = Double(speedText), speed >= 0, speed.isFinite else {
             throw UsageError("--speed: expected a number ≥ 0, got '\(speedText)'")
         }
         var recording = try Recording.load(path: path)
-        if args.flag("--rebase") { recording = try recording.rebased(to: Date().timeIntervalSince1970) }
+        if rebase { recording = try recording.rebased(to: Date().timeIntervalSince1970) }
         try args.finish()
 
         let client = try await connection.connect()
@@ -116,6 +120,9 @@ struct Ctl {
     // MARK: cmd
 
     static func cmd(_ args: inout Arguments, _ connection: Connection) async throws {
+        // Options first, so their values are never taken for positionals.
+        let timeout = try args.double("--timeout") ?? 10
+        let v311 = args.flag("--v311")
         guard let deviceText = args.positional(), let name = args.positional() else {
             throw UsageError("cmd needs DEVICE and NAME")
         }
@@ -127,8 +134,6 @@ struct Ctl {
             }
             request.args = value
         }
-        let timeout = try args.double("--timeout") ?? 10
-        let v311 = args.flag("--v311")
         try args.finish()
         let client = try await connection.connect(name: "cmd", protocolVersion: v311 ? .v311 : .v5)
         let payload = Array(JSONCoding.encode(request))

@@ -20,11 +20,13 @@ public final class MQTTClient: @unchecked Sendable {
     public let options: MQTTOptions
     private let mosq: OpaquePointer
     private let state = Mutex(State())
+    private var loop: NetworkLoop!
 
     private struct State {
         var connected = false
         var loopStarted = false
         var closing = false
+        var beforeAcknowledging: (@Sendable () -> Void)?
         var connectWaiter: CheckedContinuation<Void, any Error>?
         var acks: [Int32: Acknowledgement] = [:]
         var subscribeWaiters: [Int32: (filters: [String], continuation: CheckedContinuation<Void, any Error>)] = [:]
@@ -44,6 +46,9 @@ public final class MQTTClient: @unchecked Sendable {
         }
         self.mosq = mosq
         mosquitto_user_data_set(mosq, Unmanaged.passUnretained(self).toOpaque())
+        loop = try NetworkLoop(mosq: mosq) { [weak self] in
+            self?.state.withLock { $0.beforeAcknowledging }?()
+        }
         try check("set protocol", mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, options.protocolVersion.rawValue))
         try check("set tcp_nodelay", mosquitto_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1))
         if options.protocolVersion == .v5 {
@@ -70,7 +75,10 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     deinit {
-        mosquitto_loop_stop(mosq, true)
+        // No callback may reach this object from here on; then the thread must end
+        // before the handle it uses is destroyed.
+        mosquitto_user_data_set(mosq, nil)
+        loop.stop(timeout: 5)
         mosquitto_destroy(mosq)
     }
 
@@ -86,6 +94,13 @@ public final class MQTTClient: @unchecked Sendable {
     /// before any message of that connection is handled.
     public func setOnConnect(_ hook: @escaping @Sendable (_ reconnect: Bool) -> Void) {
         state.withLock { $0.onConnect = hook }
+    }
+
+    /// Called on the network thread after each batch of incoming messages has
+    /// been handed to the handler and before their acknowledgements are
+    /// written: commit the batch here.
+    public func setBeforeAcknowledging(_ hook: @escaping @Sendable () -> Void) {
+        state.withLock { $0.beforeAcknowledging = hook }
     }
 
     /// Messages as an async sequence. Installs the handler, so use one or the other.
@@ -118,12 +133,12 @@ public final class MQTTClient: @unchecked Sendable {
         }
         defer { timer.cancel() }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            state.withLock { $0.connectWaiter = continuation; $0.loopStarted = true }
-            let rc = mosquitto_loop_start(mosq)
-            if rc != MOSQ_ERR_SUCCESS.rawValue {
-                state.withLock { $0.connectWaiter = nil }
-                continuation.resume(throwing: MQTTError.library(operation: "loop start", code: rc, message: Self.describe(rc)))
+            let start = state.withLock { s -> Bool in
+                s.connectWaiter = continuation
+                defer { s.loopStarted = true }
+                return !s.loopStarted
             }
+            if start { loop.start(name: "mqtt-\(options.clientID)") } else { loop.wake() }
         }
     }
 
@@ -133,7 +148,7 @@ public final class MQTTClient: @unchecked Sendable {
         await drain(timeout: timeout)
         state.withLock { $0.closing = true }
         mosquitto_disconnect_v5(mosq, 0, nil)
-        mosquitto_loop_stop(mosq, false)
+        loop.stop(timeout: 5)
         failAllWaiters(.connectionLost(operation: "disconnect"))
     }
 
@@ -187,6 +202,7 @@ public final class MQTTClient: @unchecked Sendable {
             }
             return rc
         }
+        if rc == MOSQ_ERR_SUCCESS.rawValue, !loop.isLoopThread { loop.wake() }
         if rc == MOSQ_ERR_SUCCESS.rawValue, message.qos == .atMostOnce { acknowledged?(.success(())) }
         guard rc == MOSQ_ERR_SUCCESS.rawValue else {
             if rc == MOSQ_ERR_NO_CONN.rawValue { throw MQTTError.notConnected(operation: "publish to \(message.topic)") }
@@ -237,6 +253,7 @@ public final class MQTTClient: @unchecked Sendable {
                 if rc == MOSQ_ERR_SUCCESS.rawValue { s.subscribeWaiters[mid] = (filters, continuation) }
                 return rc
             }
+            loop.wake()
             if rc != MOSQ_ERR_SUCCESS.rawValue {
                 continuation.resume(throwing: MQTTError.library(operation: "subscribe", code: rc, message: Self.describe(rc)))
             }
@@ -302,6 +319,9 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     fileprivate func handleDisconnect(rc: Int32) {
+        if ProcessInfo.processInfo.environment["MQTT_DEBUG"] != nil {
+            FileHandle.standardError.write(Data("disconnect rc=\(rc) \(Self.describe(rc)) errno=\(errno)\n".utf8))
+        }
         state.withLock { $0.connected = false }
         failAllWaiters(.connectionLost(operation: "in-flight operation"))
     }

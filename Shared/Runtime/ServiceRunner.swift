@@ -11,6 +11,10 @@ public protocol TrackerService: AnyObject, Sendable {
     func handle(_ message: MQTTMessage)
     /// After each (re)connect, before that connection's first message.
     func connected(reconnect: Bool)
+    /// Commits what the messages handled so far changed. Called on the network
+    /// thread before their acknowledgements are written, so a batch of
+    /// messages costs one commit and none is acknowledged unstored.
+    func flush()
     /// Periodic work (idle timeouts, retention), every `tickInterval`.
     func tick()
     /// Graceful stop: persist what is in memory and close the store.
@@ -19,6 +23,7 @@ public protocol TrackerService: AnyObject, Sendable {
 
 extension TrackerService {
     public func connected(reconnect: Bool) {}
+    public func flush() {}
     public func tick() {}
 }
 
@@ -100,6 +105,7 @@ public enum ServiceRunner {
 
         let client = context.client
         client.setHandler { [service] in service.handle($0) }
+        client.setBeforeAcknowledging { [service] in service.flush() }
         client.setOnConnect { [service, logger] reconnect in
             if reconnect { logger.info("reconnected to broker") }
             service.connected(reconnect: reconnect)

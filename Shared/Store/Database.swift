@@ -12,6 +12,7 @@ public final class Database {
     public let path: String
     private var cache: [String: Statement] = [:]
     private var transactionDepth = 0
+    private var batchOpen = false
 
     /// Opens (creating if needed) the file at `path` in WAL mode with
     /// `synchronous=NORMAL`: a commit survives a process kill; only an OS
@@ -37,6 +38,11 @@ public final class Database {
         // Hot pages (a device row, an index leaf) are rewritten on every
         // commit; checkpointing less often copies each of them back fewer times.
         try execute("PRAGMA wal_autocheckpoint=8000")
+        // A batch of a few hundred messages must fit in the page cache, or
+        // SQLite spills (writes) pages mid-transaction and again at commit.
+        try execute("PRAGMA cache_size=-32000")
+        // Savepoint sub-journals in memory, not in a temporary file per savepoint.
+        try execute("PRAGMA temp_store=MEMORY")
         try execute("PRAGMA foreign_keys=ON")
     }
 
@@ -91,13 +97,24 @@ public final class Database {
         return try statement.step().map(map)
     }
 
-    /// Runs `body` in a transaction; nested calls join the outer one. A thrown
-    /// error rolls everything back.
+    /// Runs `body` in a transaction. Inside an open transaction (or batch) it
+    /// runs in a savepoint instead, so a thrown error undoes only `body`'s
+    /// own changes and the outer transaction goes on.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
         if transactionDepth > 0 {
+            let name = "s\(transactionDepth)"
+            try statement("SAVEPOINT \(name)").runToEnd()
             transactionDepth += 1
             defer { transactionDepth -= 1 }
-            return try body()
+            do {
+                let result = try body()
+                try statement("RELEASE \(name)").runToEnd()
+                return result
+            } catch {
+                try? statement("ROLLBACK TO \(name)").runToEnd()
+                try? statement("RELEASE \(name)").runToEnd()
+                throw error
+            }
         }
         try execute("BEGIN IMMEDIATE")
         transactionDepth = 1
@@ -110,6 +127,25 @@ public final class Database {
             try? execute("ROLLBACK")
             throw error
         }
+    }
+
+    /// Opens a transaction that stays open across calls until `commitBatch`:
+    /// several messages, one commit. Does nothing if one is open already.
+    public func openBatch() throws {
+        guard transactionDepth == 0 else { return }
+        try execute("BEGIN IMMEDIATE")
+        transactionDepth = 1
+        batchOpen = true
+    }
+
+    public var hasOpenBatch: Bool { batchOpen }
+
+    /// Commits the open batch, if any.
+    public func commitBatch() throws {
+        guard batchOpen else { return }
+        try execute("COMMIT")
+        batchOpen = false
+        transactionDepth = 0
     }
 
     public var changes: Int { Int(sqlite3_changes(handle)) }

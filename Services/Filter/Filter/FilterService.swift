@@ -71,6 +71,9 @@ final class FilterService: TrackerService, @unchecked Sendable {
     func handle(_ message: MQTTMessage) {
         lock.lock()
         defer { lock.unlock() }
+        // Everything until the next flush() shares one commit; each message's
+        // own changes sit in a savepoint, so one failure spoils only itself.
+        try? store.db.openBatch()
         switch topics.parse(message.topic) {
         case .raw(let device): judge(message, device: device)
         case .motion(let device): motion(message, device: device)
@@ -179,9 +182,16 @@ final class FilterService: TrackerService, @unchecked Sendable {
         outbox.republishOnce(from: store)
     }
 
+    func flush() {
+        lock.lock()
+        defer { lock.unlock() }
+        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
+    }
+
     func tick() {
         lock.lock()
         defer { lock.unlock() }
+        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
         do {
             try store.db.transaction { try outbox.saveWatermarks(to: store) }
         } catch {

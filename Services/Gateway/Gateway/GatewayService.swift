@@ -63,6 +63,9 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     func handle(_ message: MQTTMessage) {
         lock.lock()
         defer { lock.unlock() }
+        // Everything until the next flush() shares one commit; each message's
+        // own changes sit in a savepoint, so one failure spoils only itself.
+        try? store.db.openBatch()
         let nowMs = context.clock.nowMs()
         switch topics.parse(message.topic) {
         case .fixes(let device):
@@ -181,9 +184,16 @@ final class GatewayService: TrackerService, @unchecked Sendable {
         outbox.republishOnce(from: store)
     }
 
+    func flush() {
+        lock.lock()
+        defer { lock.unlock() }
+        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
+    }
+
     func tick() {
         lock.lock()
         defer { lock.unlock() }
+        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
         let nowMs = context.clock.nowMs()
         do {
             try store.db.transaction { try outbox.saveWatermarks(to: store) }

@@ -1,0 +1,143 @@
+import CMosquitto
+import Foundation
+import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Drives one libmosquitto client on a thread of its own, instead of
+/// `mosquitto_loop_start`, for one reason: a hook between reading and writing.
+///
+/// `mosquitto_loop_read` handles every packet already waiting (up to the
+/// number of QoS messages in flight) before `mosquitto_loop_write` sends any
+/// PUBACK. Calling `beforeAcknowledging` in between lets a service commit a
+/// whole batch of messages in one transaction and still never acknowledge a
+/// message it has not stored. Under load the batches grow by themselves; when
+/// idle each message is its own batch.
+final class NetworkLoop: @unchecked Sendable {
+    // @unchecked: `mosq` is guarded by libmosquitto's own mutexes; our fields
+    // are immutable or Mutex/atomic-protected.
+    private let mosq: OpaquePointer
+    private let wakeRead: Int32
+    private let wakeWrite: Int32
+    private let stopping = Mutex(false)
+    private let finished = DispatchSemaphore(value: 0)
+    private let threadID = Mutex<pthread_t?>(nil)
+    private let beforeAcknowledging: @Sendable () -> Void
+
+    init(mosq: OpaquePointer, beforeAcknowledging: @escaping @Sendable () -> Void) throws {
+        self.mosq = mosq
+        self.beforeAcknowledging = beforeAcknowledging
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else {
+            throw MQTTError.library(operation: "wake pipe", code: errno, message: String(cString: strerror(errno)))
+        }
+        wakeRead = fds[0]
+        wakeWrite = fds[1]
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
+        // "Threaded": publishes from any thread only queue; this loop writes.
+        mosquitto_threaded_set(mosq, true)
+    }
+
+    deinit {
+        close(wakeRead)
+        close(wakeWrite)
+    }
+
+    private let started = Mutex(false)
+
+    func start(name: String) {
+        started.withLock { $0 = true }
+        let thread = Thread { [self] in run() }
+        thread.name = name
+        thread.start()
+    }
+
+    /// Asks the loop to end once the socket is closed (after a DISCONNECT)
+    /// or right away if there is none; waits up to `timeout` seconds.
+    func stop(timeout: Double) {
+        stopping.withLock { $0 = true }
+        wake()
+        // Only a started loop signals when it ends.
+        guard threadID.withLock({ $0 != nil }) || started.withLock({ $0 }), !isLoopThread else { return }
+        // Put the signal back: "ended" stays true for any later stop().
+        if finished.wait(timeout: .now() + timeout) == .success { finished.signal() }
+    }
+
+    var isLoopThread: Bool {
+        threadID.withLock { id in id.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+    }
+
+    /// Wakes the loop so it writes what another thread queued.
+    func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWrite, &byte, 1)
+    }
+
+    private var isStopping: Bool { stopping.withLock { $0 } }
+
+    private func run() {
+        threadID.withLock { $0 = pthread_self() }
+        defer { finished.signal() }
+        var reconnectAttempt = 0
+        while true {
+            let socket = mosquitto_socket(mosq)
+            if socket < 0 {
+                if isStopping { return }
+                // Connection lost: reconnect with backoff (1 s … 10 s), interruptible by stop().
+                reconnectAttempt += 1
+                waitForWake(milliseconds: Int32(min(10, reconnectAttempt) * 1_000))
+                if isStopping { return }
+                if mosquitto_reconnect(mosq) == MOSQ_ERR_SUCCESS.rawValue { reconnectAttempt = 0 }
+                continue
+            }
+            // Stopping: finish once nothing (such as a DISCONNECT) is left to send.
+            if isStopping, !mosquitto_want_write(mosq) { return }
+            var fds = [
+                pollfd(fd: socket, events: Int16(POLLIN) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
+                pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
+            ]
+            let ready = poll(&fds, 2, 1_000)
+            if ready < 0, errno != EINTR { continue }
+            if fds[1].revents != 0 { drainWakePipe() }
+            if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
+                // libmosquitto 2.0 reads about one packet per call here: keep
+                // reading while more is waiting, so a burst becomes one batch.
+                var reads = 0
+                repeat {
+                    if mosquitto_loop_read(mosq, 1) != MOSQ_ERR_SUCCESS.rawValue { break }
+                    reads += 1
+                } while reads < Self.maxBatch && Self.readable(mosquitto_socket(mosq))
+            }
+            // Everything read so far is handled: let the owner commit it
+            // before any acknowledgement leaves.
+            beforeAcknowledging()
+            if mosquitto_socket(mosq) >= 0, mosquitto_want_write(mosq) {
+                _ = mosquitto_loop_write(mosq, 1)
+            }
+            if mosquitto_socket(mosq) >= 0 { _ = mosquitto_loop_misc(mosq) }
+        }
+    }
+
+    /// Messages handled before the owner must commit and acknowledge.
+    static let maxBatch = 512
+
+    private static func readable(_ socket: Int32) -> Bool {
+        guard socket >= 0 else { return false }
+        var fd = pollfd(fd: socket, events: Int16(POLLIN), revents: 0)
+        return poll(&fd, 1, 0) > 0 && fd.revents & Int16(POLLIN) != 0
+    }
+
+    private func waitForWake(milliseconds: Int32) {
+        var fd = pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)
+        if poll(&fd, 1, milliseconds) > 0 { drainWakePipe() }
+    }
+
+    private func drainWakePipe() {
+        var buffer = [UInt8](repeating: 0, count: 64)
+        while read(wakeRead, &buffer, buffer.count) > 0 {}
+    }
+}
