@@ -6,9 +6,18 @@ import Store
 /// the broker redelivers every message of it to the next run and nothing is
 /// lost; carrying on would acknowledge messages that were never stored.
 public enum BatchCommit {
-    public static func commit(_ db: Database, logger: Logger, counters: HealthCounters? = nil) {
+    /// `finish` writes what the batch left in memory (rows written once per
+    /// batch rather than once per message); it is part of the same commit.
+    public static func commit(_ db: Database, logger: Logger, counters: HealthCounters? = nil,
+                              finish: () throws -> Void = {}) {
         guard db.hasOpenBatch else { return }
         counters?.count("commits")
+        do {
+            try finish()
+        } catch {
+            logger.error("cannot write the batch's rows; exiting before acknowledging it", ["error": "\(error)"])
+            exit(75)
+        }
         var lastError: (any Error)?
         for attempt in 1...3 {
             do {

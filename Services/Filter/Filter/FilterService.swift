@@ -51,6 +51,8 @@ final class FilterService: TrackerService, @unchecked Sendable {
     private let outbox: Outbox
     private let lock = NSLock()
     private var devices: [DeviceID: FilterStore.DeviceRow] = [:]
+    /// Devices whose state changed in the open batch; written once, at flush.
+    private var dirty: Set<DeviceID> = []
     private var rejectionCounts: [DeviceID: Int] = [:]
 
     private var topics: Topics { context.topics }
@@ -125,14 +127,14 @@ final class FilterService: TrackerService, @unchecked Sendable {
                     try store.insert(.points, device: device, seq: raw.seq, sessionID: nil, body: body)
                     pointBody = body
                 }
-                try store.save(device, row)
                 if raw.seq % 512 == 0 {
                     try store.trim(device, lastSeq: row.lastSeq, ackedThrough: outbox.ackedThrough(device), keep: settings.retentionPerDevice)
                 }
             }
             devices[device] = row
+            dirty.insert(device)
         } catch {
-            devices[device] = nil
+            // Only this fix's savepoint rolled back; the cached state is the one before it.
             context.counters.error()
             context.logger.error("store failed; fix not judged", ["device": device.rawValue, "seq": "\(raw.seq)", "error": "\(error)"])
             return
@@ -168,8 +170,8 @@ final class FilterService: TrackerService, @unchecked Sendable {
         do {
             var row = try row(device)
             row.state.externalMotion = update.state
-            try store.save(device, row)
             devices[device] = row
+            dirty.insert(device)
         } catch {
             context.logger.error("store failed; motion state not saved", ["device": device.rawValue, "error": "\(error)"])
         }
@@ -185,13 +187,22 @@ final class FilterService: TrackerService, @unchecked Sendable {
     func flush() {
         lock.lock()
         defer { lock.unlock() }
-        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
+        commitBatch()
+    }
+
+    /// Writes the batch's device states and commits (caller holds the lock).
+    private func commitBatch() {
+        if !dirty.isEmpty { try? store.db.openBatch() }
+        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters) {
+            for device in dirty { if let row = devices[device] { try store.save(device, row) } }
+        }
+        dirty.removeAll()
     }
 
     func tick() {
         lock.lock()
         defer { lock.unlock() }
-        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
+        commitBatch()
         do {
             try store.db.transaction { try outbox.saveWatermarks(to: store) }
         } catch {

@@ -41,6 +41,8 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     private let outbox: Outbox
     private let lock = NSLock()
     private var devices: [DeviceID: GatewayStore.DeviceRow] = [:]
+    /// Devices whose row changed in the open batch; written once, at flush.
+    private var dirty: Set<DeviceID> = []
 
     private var topics: Topics { context.topics }
 
@@ -131,15 +133,15 @@ final class GatewayService: TrackerService, @unchecked Sendable {
                 for effect in sessionEffects {
                     switch effect { case .opened(let s), .closed(let s): try store.saveSession(s) }
                 }
-                try store.saveDevice(device, row)
                 if row.lastSeq % 256 == 0 || published.count > 1 {
                     try store.trim(device, lastSeq: row.lastSeq, ackedThrough: outbox.ackedThrough(device), capacity: settings.ringCapacity)
                 }
                 devices[device] = row
+                dirty.insert(device)
             }
         } catch {
-            // The transaction rolled back: forget the cached row so it reloads.
-            devices[device] = nil
+            // Only this message's savepoint rolled back; the cached row is still
+            // the one before it.
             context.counters.error()
             context.logger.error("store failed; fixes not accepted", ["device": device.rawValue, "error": "\(error)"])
             context.publish(Event(device: device, timeMs: nowMs, .error(code: ErrorCode.internal.rawValue,
@@ -187,13 +189,22 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     func flush() {
         lock.lock()
         defer { lock.unlock() }
-        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
+        commitBatch()
+    }
+
+    /// Writes the batch's device rows and commits (caller holds the lock).
+    private func commitBatch() {
+        if !dirty.isEmpty { try? store.db.openBatch() }
+        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters) {
+            for device in dirty { if let row = devices[device] { try store.saveDevice(device, row) } }
+        }
+        dirty.removeAll()
     }
 
     func tick() {
         lock.lock()
         defer { lock.unlock() }
-        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters)
+        commitBatch()
         let nowMs = context.clock.nowMs()
         do {
             try store.db.transaction { try outbox.saveWatermarks(to: store) }
