@@ -40,6 +40,23 @@ struct JudgedPoint: Codable {
     var reason: String
 }
 
+extension JudgedPoint: JSONWritable {
+    func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accepted", accepted)
+        w.field("accuracyM", accuracyM)
+        w.field("courseDeg", courseDeg)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("reason", reason)
+        w.field("seq", seq)
+        w.field("sessionID", sessionID)
+        w.field("speedMps", speedMps)
+        w.field("timeMs", timeMs)
+        w.endObject()
+    }
+}
+
 /// Judges every raw fix, fix by fix, and publishes the accepted ones.
 ///
 /// @unchecked Sendable: all mutable state is behind `lock`; see GatewayService.

@@ -1,0 +1,259 @@
+/// A direct JSON writer for the messages on the hot path. Foundation's
+/// JSONEncoder goes through generic containers and was the largest single
+/// cost per message; these types write themselves instead. Output is plain
+/// JSON that JSONDecoder reads back to the same value (tested), keys sorted.
+public struct JSONWriter {
+    public private(set) var bytes: [UInt8] = []
+    private var first = true
+
+    public init() { bytes.reserveCapacity(384) }
+
+    public mutating func beginObject() { comma(); bytes.append(UInt8(ascii: "{")); first = true }
+    public mutating func endObject() { bytes.append(UInt8(ascii: "}")); first = false }
+    public mutating func beginArray() { comma(); bytes.append(UInt8(ascii: "[")); first = true }
+    public mutating func endArray() { bytes.append(UInt8(ascii: "]")); first = false }
+
+    /// The key of the next value; call it before writing that value.
+    public mutating func key(_ key: StaticString) {
+        comma()
+        bytes.append(UInt8(ascii: "\""))
+        key.withUTF8Buffer { bytes.append(contentsOf: $0) }
+        bytes.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        first = true  // the value follows without a comma
+    }
+
+    public mutating func value(_ v: String) { comma(); string(v) }
+    public mutating func value(_ v: Int64) { comma(); bytes.append(contentsOf: String(v).utf8) }
+    public mutating func value(_ v: Bool) { comma(); bytes.append(contentsOf: (v ? "true" : "false").utf8) }
+    public mutating func value(_ v: Double) {
+        comma()
+        guard v.isFinite else { bytes.append(contentsOf: "null".utf8); return }
+        if v.rounded() == v, abs(v) < 9e15 {
+            bytes.append(contentsOf: String(Int64(v)).utf8)
+        } else {
+            bytes.append(contentsOf: v.description.utf8)
+        }
+    }
+    public mutating func null() { comma(); bytes.append(contentsOf: "null".utf8) }
+    public mutating func value(_ v: some JSONWritable) { v.write(to: &self) }
+
+    public mutating func field(_ k: StaticString, _ v: String) { key(k); value(v) }
+    public mutating func field(_ k: StaticString, _ v: Int64) { key(k); value(v) }
+    public mutating func field(_ k: StaticString, _ v: Double) { key(k); value(v) }
+    public mutating func field(_ k: StaticString, _ v: Bool) { key(k); value(v) }
+    public mutating func field(_ k: StaticString, _ v: some JSONWritable) { key(k); v.write(to: &self) }
+    /// Absent values are left out, as JSONEncoder does.
+    public mutating func field(_ k: StaticString, _ v: String?) { if let v { field(k, v) } }
+    public mutating func field(_ k: StaticString, _ v: Double?) { if let v { field(k, v) } }
+    public mutating func field(_ k: StaticString, _ v: Int64?) { if let v { field(k, v) } }
+    public mutating func field(_ k: StaticString, _ v: Bool?) { if let v { field(k, v) } }
+    public mutating func field<T: JSONWritable>(_ k: StaticString, _ v: T?) { if let v { field(k, v) } }
+
+    private mutating func comma() {
+        if first { first = false } else { bytes.append(UInt8(ascii: ",")) }
+    }
+
+    private mutating func string(_ s: String) {
+        bytes.append(UInt8(ascii: "\""))
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
+            case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
+            case 0x0A: bytes.append(contentsOf: [92, UInt8(ascii: "n")])
+            case 0x0D: bytes.append(contentsOf: [92, UInt8(ascii: "r")])
+            case 0x09: bytes.append(contentsOf: [92, UInt8(ascii: "t")])
+            case 0..<0x20:
+                let hex = Array("0123456789abcdef".utf8)
+                bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
+            default: bytes.append(b)
+            }
+        }
+        bytes.append(UInt8(ascii: "\""))
+    }
+}
+
+/// A type that writes its own JSON (the same shape its Codable produces).
+public protocol JSONWritable {
+    func write(to w: inout JSONWriter)
+}
+
+extension JSONCoding {
+    /// The direct writer, for types that have one; picked over the generic
+    /// `encode` by overload resolution wherever the type is known.
+    public static func encode(_ value: some Encodable & JSONWritable) -> Data {
+        var w = JSONWriter()
+        value.write(to: &w)
+        return Data(w.bytes)
+    }
+
+    public static func string(_ value: some Encodable & JSONWritable) -> String {
+        var w = JSONWriter()
+        value.write(to: &w)
+        return String(decoding: w.bytes, as: UTF8.self)
+    }
+}
+
+import Foundation
+
+extension DeviceID: JSONWritable {
+    public func write(to w: inout JSONWriter) { w.value(rawValue) }
+}
+
+extension FixSource: JSONWritable {
+    public func write(to w: inout JSONWriter) { w.value(rawValue) }
+}
+
+extension MotionState: JSONWritable {
+    public func write(to w: inout JSONWriter) { w.value(rawValue) }
+}
+
+extension RawFix: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accuracyM", accuracyM)
+        w.field("altitudeM", altitudeM)
+        w.field("batteryPct", batteryPct)
+        w.field("courseDeg", courseDeg)
+        w.field("device", device)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("mock", mock)
+        w.field("receivedMs", receivedMs)
+        w.field("seq", seq)
+        w.field("sessionID", sessionID)
+        w.field("source", source)
+        w.field("speedMps", speedMps)
+        w.field("timeMs", timeMs)
+        w.field("verticalAccuracyM", verticalAccuracyM)
+        w.endObject()
+    }
+}
+
+extension TrackPoint: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accuracyM", accuracyM)
+        w.field("courseDeg", courseDeg)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("odometerM", odometerM)
+        w.field("seq", seq)
+        w.field("sessionID", sessionID)
+        w.field("speedMps", speedMps)
+        w.field("timeMs", timeMs)
+        w.endObject()
+    }
+}
+
+extension PointMessage: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("device", device)
+        w.field("point", point)
+        w.endObject()
+    }
+}
+
+extension Estimate: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accuracyM", accuracyM)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("speedMps", speedMps)
+        w.endObject()
+    }
+}
+
+extension Decision: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accepted", accepted)
+        w.field("estimate", estimate)
+        w.field("limit", limit)
+        w.field("measured", measured)
+        w.field("reason", reason)
+        w.field("seq", seq)
+        w.field("timeMs", timeMs)
+        w.endObject()
+    }
+}
+
+extension Session: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("auto", auto)
+        w.field("device", device)
+        w.field("endMs", endMs)
+        w.field("id", id)
+        w.field("startMs", startMs)
+        w.field("tag", tag)
+        w.endObject()
+    }
+}
+
+extension JSONValue: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        switch self {
+        case .null: w.null()
+        case .bool(let b): w.value(b)
+        case .number(let n): w.value(n)
+        case .string(let s): w.value(s)
+        case .array(let items):
+            w.beginArray()
+            items.forEach { $0.write(to: &w) }
+            w.endArray()
+        case .object(let fields):
+            // Keys are dynamic here: write them through the escaping path.
+            w.beginObject()
+            for (k, v) in fields.sorted(by: { $0.key < $1.key }) {
+                w.dynamicKey(k)
+                v.write(to: &w)
+            }
+            w.endObject()
+        }
+    }
+}
+
+extension JSONWriter {
+    /// A key only known at run time (JSONValue objects, unknown event fields).
+    public mutating func dynamicKey(_ key: String) {
+        value(key)
+        bytes.append(UInt8(ascii: ":"))
+        first = true
+    }
+}
+
+extension Event: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        switch body {
+        case .location(let p):
+            w.field("device", device)
+            w.field("point", p)
+        case .locationRejected(let d):
+            w.field("decision", d)
+            w.field("device", device)
+        case .sessionStarted(let s), .sessionStopped(let s):
+            w.field("device", device)
+            w.field("session", s)
+        case .trackingGap(let duration, let distance):
+            w.field("device", device)
+            w.field("distanceMeters", distance)
+            w.field("durationSec", duration)
+        case .diagnostic(let code, let message), .error(let code, let message):
+            w.field("code", code)
+            w.field("device", device)
+            w.field("message", message)
+        case .other(_, let fields):
+            w.field("device", device)
+            for (k, v) in fields.sorted(by: { $0.key < $1.key }) where !["type", "device", "timeMs"].contains(k) {
+                w.dynamicKey(k)
+                v.write(to: &w)
+            }
+        }
+        w.field("timeMs", timeMs)
+        w.field("type", type)
+        w.endObject()
+    }
+}
