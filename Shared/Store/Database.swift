@@ -73,6 +73,13 @@ public final class Database {
         return statement
     }
 
+    /// A statement owned by the caller, for the few that run on every message:
+    /// no lookup (and no hashing of the SQL) per use. `sqlite3_close_v2`
+    /// lets it outlive the connection's deinit safely.
+    public func prepare(_ sql: String) throws -> Statement {
+        try Statement(database: self, sql: sql)
+    }
+
     /// Runs `sql` with `bindings` and returns nothing.
     public func run(_ sql: String, _ bindings: SQLValue...) throws {
         let statement = try statement(sql)
@@ -192,6 +199,21 @@ public final class Statement {
     func reset() {
         sqlite3_reset(pointer)
         sqlite3_clear_bindings(pointer)
+    }
+
+    /// Resets, binds and runs a statement that returns no rows.
+    public func run(_ values: SQLValue...) throws {
+        reset()
+        try bind(values)
+        try runToEnd()
+    }
+
+    /// Resets, binds and tells whether the query returns a row.
+    public func exists(_ values: SQLValue...) throws -> Bool {
+        reset()
+        try bind(values)
+        defer { sqlite3_reset(pointer) }
+        return try step() != nil
     }
 
     public func bind(_ values: [SQLValue]) throws {

@@ -8,6 +8,8 @@ import Store
 /// seq, the decision log, the judged fixes (layer 3) and the points outbox.
 final class FilterStore: OutboxStore {
     let db: Database
+    // Run for every fix: prepared once.
+    private let insertStatements: [Table: Statement]
 
     init(path: String) throws {
         db = try Database(path: path)
@@ -41,6 +43,11 @@ final class FilterStore: OutboxStore {
             DROP INDEX IF EXISTS judged_by_session;
             """)
         try migrator.migrate(db)
+        insertStatements = [
+            .decisions: try db.prepare("INSERT OR REPLACE INTO decisions (device, seq, sessionID, body) VALUES (?, ?, ?, ?)"),
+            .judged: try db.prepare("INSERT OR REPLACE INTO judged (device, seq, sessionID, body) VALUES (?, ?, ?, ?)"),
+            .points: try db.prepare("INSERT OR REPLACE INTO points (device, seq, body) VALUES (?, ?, ?)"),
+        ]
     }
 
     struct DeviceRow {
@@ -74,12 +81,11 @@ final class FilterStore: OutboxStore {
     }
 
     func insert(_ table: Table, device: DeviceID, seq: Int64, sessionID: String?, body: Data) throws {
+        let statement = insertStatements[table]!
         if table == .points {
-            try db.run("INSERT OR REPLACE INTO points (device, seq, body) VALUES (?, ?, ?)",
-                       .text(device.rawValue), .integer(seq), .json(body))
+            try statement.run(.text(device.rawValue), .integer(seq), .json(body))
         } else {
-            try db.run("INSERT OR REPLACE INTO \(table.rawValue) (device, seq, sessionID, body) VALUES (?, ?, ?, ?)",
-                       .text(device.rawValue), .integer(seq), .string(sessionID), .json(body))
+            try statement.run(.text(device.rawValue), .integer(seq), .string(sessionID), .json(body))
         }
     }
 

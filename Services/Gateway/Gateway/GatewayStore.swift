@@ -8,6 +8,9 @@ import Store
 /// sessions, and the raw-fix ring buffer (which doubles as the outbox).
 final class GatewayStore: OutboxStore {
     let db: Database
+    // Run for every fix: prepared once.
+    private let hasFixStatement: Statement
+    private let insertFixStatement: Statement
 
     init(path: String) throws {
         db = try Database(path: path)
@@ -45,6 +48,8 @@ final class GatewayStore: OutboxStore {
         // queries are diagnostics and scan the device's own key range instead.
         migrator.register("2-drop-session-index", "DROP INDEX IF EXISTS raw_fixes_by_session")
         try migrator.migrate(db)
+        hasFixStatement = try db.prepare("SELECT 1 FROM raw_fixes WHERE device = ? AND timeMs = ?")
+        insertFixStatement = try db.prepare("INSERT INTO raw_fixes (device, seq, timeMs, sessionID, body) VALUES (?, ?, ?, ?, ?)")
     }
 
     struct DeviceRow {
@@ -87,13 +92,12 @@ final class GatewayStore: OutboxStore {
     // MARK: Ring buffer
 
     func hasFix(_ device: DeviceID, timeMs: Int64) throws -> Bool {
-        try db.first("SELECT 1 FROM raw_fixes WHERE device = ? AND timeMs = ?",
-                     [.text(device.rawValue), .integer(timeMs)]) { _ in true } ?? false
+        try hasFixStatement.exists(.text(device.rawValue), .integer(timeMs))
     }
 
     func insertFix(_ fix: RawFix, body: Data) throws {
-        try db.run("INSERT INTO raw_fixes (device, seq, timeMs, sessionID, body) VALUES (?, ?, ?, ?, ?)",
-                   .text(fix.device.rawValue), .integer(fix.seq), .integer(fix.timeMs), .string(fix.sessionID), .json(body))
+        try insertFixStatement.run(.text(fix.device.rawValue), .integer(fix.seq), .integer(fix.timeMs),
+                                   .string(fix.sessionID), .json(body))
     }
 
     /// Trims the ring to `capacity`, never dropping a fix not yet acknowledged downstream.
