@@ -9,7 +9,9 @@ import Glibc
 public final class TestBroker: @unchecked Sendable {
     public let port: Int32
     public let directory: URL
-    private let process: ChildProcess
+    private var process: ChildProcess
+    private let executable: String
+    private let config: URL
 
     public init() throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
@@ -36,12 +38,24 @@ public final class TestBroker: @unchecked Sendable {
             if waitForPort(port, timeout: 5) {
                 self.port = port
                 self.process = child
+                self.executable = executable
+                self.config = config
                 return
             }
             child.kill(SIGKILL)
             lastError = TestSupportError("mosquitto did not start listening on port \(port)")
         }
         throw lastError ?? TestSupportError("mosquitto did not start")
+    }
+
+    /// Kills the broker (SIGKILL: clients see the connection drop) and starts
+    /// it again on the same port; with persistence off, every session is gone.
+    public func restart() throws {
+        process.kill(SIGKILL)
+        _ = process.wait(timeout: 5)
+        process = try ChildProcess(executable: executable, arguments: ["-c", config.path],
+                                   logFile: directory.appendingPathComponent("mosquitto.log").path)
+        guard waitForPort(port, timeout: 5) else { throw TestSupportError("mosquitto did not come back on port \(port)") }
     }
 
     deinit {

@@ -188,6 +188,21 @@ import Testing
         #expect((try JSONCoding.decoder.decode(CommandReply.self, from: Data(second[0].payload))).code == "badInput")
     }
 
+    @Test func reconnectsAndResubscribesAfterTheBrokerRestarts() async throws {
+        try await waitUntilOnline()
+        try broker.restart()
+        // The restarted broker has no session and no retained health: the
+        // gateway must reconnect and subscribe again by itself.
+        let out = try await collector(["tracker/+/raw", "tracker/_health/gateway"])
+        try await out.wait(timeout: 30, description: "gateway back online") { all in
+            all.contains { $0.topic.hasSuffix("/gateway") && $0.string.contains(#""status":"online""#) }
+        }
+        let publisher = try await TestClient.connect(port: broker.port)
+        try await publisher.publishAndWait(MQTTMessage(topic: "tracker/back/fixes", string: #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#))
+        try await out.wait(count: 1, topicSuffix: "/raw")
+        #expect(out.decoded(RawFix.self, topicSuffix: "/raw").first?.device.rawValue == "back")
+    }
+
     @Test func lastWillMarksAKilledGatewayOffline() async throws {
         try await waitUntilOnline()
         let health = try await collector(["tracker/_health/gateway"])
