@@ -7,12 +7,14 @@ let arguments = Array(CommandLine.arguments.dropFirst())
 let count = arguments.dropFirst().first.flatMap(Int.init) ?? 20_000
 
 func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double) {
-    print(String(format: "%-22@ %9.0f msg/s   ratio to broker QoS 1 ceiling: %.2f", name as NSString, rate, rate / ceiling))
+    print(String(format: "%-26@ %9.0f msg/s   ratio to broker QoS 1 ceiling: %.2f", name as NSString, rate, rate / ceiling))
 }
 
 switch arguments.first {
 case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
+case "relay" where arguments.count == 2:
+    try await Relay.serve(port: Int32(arguments[1])!)
 case "store":
     try StoreBench.run(count: count)
 case "filter-core":
@@ -25,6 +27,8 @@ case "all", "gateway", "filter":
     let ceiling = ceilings.sorted()[1]
     print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
                  ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
+    // A do-nothing relay over the same two hops: the most any service on this path can reach here.
+    ratioLine("relay fixes→raw (no work)", try await Relay.measure(broker, count: count), ceiling)
     if arguments.first != "filter" { ratioLine("gateway fixes→raw", try await Throughput.gateway(broker, count: count), ceiling) }
     if arguments.first != "gateway" { ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling) }
     if arguments.first == "all" {

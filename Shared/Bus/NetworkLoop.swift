@@ -122,7 +122,8 @@ final class NetworkLoop: @unchecked Sendable {
         }
     }
 
-    /// Messages handled before the owner must commit and acknowledge.
+    /// Read calls per batch before the owner must commit (each call may handle
+    /// several packets; the receive maximum bounds how many are in flight).
     static let maxBatch = 512
 
     private static func readable(_ socket: Int32) -> Bool {

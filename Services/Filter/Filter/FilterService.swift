@@ -112,7 +112,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
         let nowMs = context.clock.nowMs()
         let raw: RawFix
         do {
-            raw = try JSONCoding.decoder.decode(RawFix.self, from: Data(message.payload))
+            raw = try RawFix(flat: message.payload) ?? JSONCoding.decoder.decode(RawFix.self, from: Data(message.payload))
         } catch {
             context.counters.error()
             context.publish(Event(device: device, timeMs: nowMs, .error(code: ErrorCode.badInput.rawValue,

@@ -44,6 +44,9 @@ public struct FixParser: Sendable {
         if let problem = validator.checkSize(payload) { return .refused(problem) }
         switch payload.first(where: { !Self.isWhitespace($0) }) {
         case UInt8(ascii: "{"):
+            if let fix = DeviceFix(flat: payload) {
+                return .fixes([validator.validate(fix, source: .device, nowMs: nowMs)])
+            }
             do {
                 let fix = try JSONCoding.decoder.decode(DeviceFix.self, from: Data(payload))
                 return .fixes([validator.validate(fix, source: .device, nowMs: nowMs)])

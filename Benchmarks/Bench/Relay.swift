@@ -1,0 +1,36 @@
+import Bus
+import Foundation
+import TestSupport
+
+/// A service that does nothing: it republishes every fix on `raw` unchanged,
+/// on the same bus. Run as its own process, it measures what two broker hops
+/// cost on this machine, the ceiling for any service on that path.
+enum Relay {
+    /// `tracker-bench relay PORT`: runs until killed.
+    static func serve(port: Int32) async throws -> Never {
+        let client = try MQTTClient(MQTTOptions(port: port, clientID: "bench-relay", cleanStart: false, sessionExpirySec: 600))
+        client.setHandler { [unowned client] message in
+            let device = message.topic.split(separator: "/")[1]
+            try? client.publish(MQTTMessage(topic: "tracker/\(device)/raw", payload: message.payload))
+        }
+        try await client.connect()
+        try await client.subscribe(["tracker/+/fixes"])
+        try await client.publishAndWait(MQTTMessage(topic: "tracker/_health/relay", string: #"{"status":"online"}"#, retain: true))
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+
+    /// Fixes published until the same number came back on `raw` through the relay.
+    static func measure(_ broker: TestBroker, count: Int) async throws -> Double {
+        let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
+        let relay = try ChildProcess(executable: executable, arguments: ["relay", "\(broker.port)"],
+                                     logFile: broker.directory.appendingPathComponent("relay.log").path)
+        defer { relay.kill(SIGKILL); _ = relay.wait(timeout: 5) }
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/relay"])
+        try await sink.wait(description: "relay online") { $0.contains { $0.topic.hasSuffix("/relay") } }
+        let payloads = (0..<count).map { i in
+            (topic: "tracker/relay\(i % 8)/fixes",
+             payload: Array(String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i / 8), 48.1, 11.5).utf8))
+        }
+        return try await Throughput.pump(broker, sink, payloads, leaf: "raw", count: count)
+    }
+}

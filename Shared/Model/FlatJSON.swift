@@ -1,0 +1,179 @@
+/// A one-pass reader for flat JSON objects of plain scalars — the shape of
+/// every fix on the hot path. It returns nil for anything else (nesting,
+/// escapes, duplicate keys, malformed input), and the caller then uses
+/// JSONDecoder, which stays the judge of every unusual payload and the
+/// author of every error message. Measured: JSONDecoder was the largest
+/// cost per fix after the database.
+public struct FlatJSONObject {
+    enum Kind { case number, string, bool, null }
+    struct Field {
+        var key: ArraySlice<UInt8>
+        var kind: Kind
+        var value: ArraySlice<UInt8>
+    }
+    private var fields: [Field] = []
+
+    public init?(_ bytes: [UInt8]) {
+        var i = bytes.startIndex
+        let end = bytes.endIndex
+        func skipSpace() { while i < end, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 } }
+        /// A string without escapes or control characters; nil otherwise.
+        func string() -> ArraySlice<UInt8>? {
+            guard i < end, bytes[i] == UInt8(ascii: "\"") else { return nil }
+            i += 1
+            let start = i
+            while i < end, bytes[i] != UInt8(ascii: "\"") {
+                if bytes[i] == UInt8(ascii: "\\") || bytes[i] < 0x20 { return nil }
+                i += 1
+            }
+            guard i < end else { return nil }
+            defer { i += 1 }
+            return bytes[start..<i]
+        }
+        /// A number in strict JSON grammar.
+        func number() -> ArraySlice<UInt8>? {
+            let start = i
+            if i < end, bytes[i] == UInt8(ascii: "-") { i += 1 }
+            guard i < end, isDigit(bytes[i]) else { return nil }
+            if bytes[i] == UInt8(ascii: "0") { i += 1 } else { while i < end, isDigit(bytes[i]) { i += 1 } }
+            if i < end, bytes[i] == UInt8(ascii: ".") {
+                i += 1
+                guard i < end, isDigit(bytes[i]) else { return nil }
+                while i < end, isDigit(bytes[i]) { i += 1 }
+            }
+            if i < end, bytes[i] == UInt8(ascii: "e") || bytes[i] == UInt8(ascii: "E") {
+                i += 1
+                if i < end, bytes[i] == UInt8(ascii: "+") || bytes[i] == UInt8(ascii: "-") { i += 1 }
+                guard i < end, isDigit(bytes[i]) else { return nil }
+                while i < end, isDigit(bytes[i]) { i += 1 }
+            }
+            return bytes[start..<i]
+        }
+        func literal(_ word: StaticString) -> Bool {
+            let count = word.utf8CodeUnitCount
+            guard end - i >= count else { return false }
+            let matches = word.withUTF8Buffer { w in (0..<count).allSatisfy { bytes[i + $0] == w[$0] } }
+            if matches { i += count }
+            return matches
+        }
+
+        skipSpace()
+        guard i < end, bytes[i] == UInt8(ascii: "{") else { return nil }
+        i += 1
+        skipSpace()
+        if i < end, bytes[i] == UInt8(ascii: "}") {
+            i += 1
+        } else {
+            while true {
+                skipSpace()
+                guard let key = string() else { return nil }
+                skipSpace()
+                guard i < end, bytes[i] == UInt8(ascii: ":") else { return nil }
+                i += 1
+                skipSpace()
+                guard i < end else { return nil }
+                let start = i
+                let kind: Kind
+                switch bytes[i] {
+                case UInt8(ascii: "\""): guard string() != nil else { return nil }; kind = .string
+                case UInt8(ascii: "t"): guard literal("true") else { return nil }; kind = .bool
+                case UInt8(ascii: "f"): guard literal("false") else { return nil }; kind = .bool
+                case UInt8(ascii: "n"): guard literal("null") else { return nil }; kind = .null
+                default: guard number() != nil else { return nil }; kind = .number
+                }
+                var value = bytes[start..<i]
+                if kind == .string { value = value.dropFirst().dropLast() }
+                if fields.contains(where: { $0.key.elementsEqual(key) }) { return nil }  // duplicate key
+                fields.append(Field(key: key, kind: kind, value: value))
+                skipSpace()
+                guard i < end else { return nil }
+                if bytes[i] == UInt8(ascii: ",") { i += 1; continue }
+                guard bytes[i] == UInt8(ascii: "}") else { return nil }
+                i += 1
+                break
+            }
+        }
+        skipSpace()
+        guard i == end else { return nil }
+    }
+
+    private func field(_ key: StaticString) -> Field? {
+        key.withUTF8Buffer { k in fields.first { $0.key.elementsEqual(k) } }
+    }
+
+    /// The outcome of reading one field: absent (or null), a value, or the
+    /// wrong type (the caller gives up and lets JSONDecoder explain).
+    public enum Read<T> { case absent, value(T), mismatch }
+
+    public func double(_ key: StaticString) -> Read<Double> {
+        guard let f = field(key), f.kind != .null else { return .absent }
+        guard f.kind == .number, let d = Double(String(decoding: f.value, as: UTF8.self)), d.isFinite else { return .mismatch }
+        return .value(d)
+    }
+
+    /// Integers only in plain integer form (as JSONDecoder reads Int64).
+    public func int64(_ key: StaticString) -> Read<Int64> {
+        guard let f = field(key), f.kind != .null else { return .absent }
+        guard f.kind == .number, let n = Int64(String(decoding: f.value, as: UTF8.self)) else { return .mismatch }
+        return .value(n)
+    }
+
+    public func string(_ key: StaticString) -> Read<String> {
+        guard let f = field(key), f.kind != .null else { return .absent }
+        guard f.kind == .string else { return .mismatch }
+        return .value(String(decoding: f.value, as: UTF8.self))
+    }
+
+    public func bool(_ key: StaticString) -> Read<Bool> {
+        guard let f = field(key), f.kind != .null else { return .absent }
+        guard f.kind == .bool else { return .mismatch }
+        return .value(f.value.first == UInt8(ascii: "t"))
+    }
+}
+
+private func isDigit(_ b: UInt8) -> Bool { b >= 0x30 && b <= 0x39 }
+
+extension FlatJSONObject.Read {
+    /// A required field: nil unless present with the right type.
+    public var required: T? { if case .value(let v) = self { v } else { nil } }
+    /// An optional field: .some(nil) when absent, nil on a type mismatch.
+    public var optional: T?? {
+        switch self {
+        case .absent: .some(nil)
+        case .value(let v): .some(v)
+        case .mismatch: nil
+        }
+    }
+}
+
+extension DeviceFix {
+    /// The fast path for a single fix; nil means "ask JSONDecoder".
+    public init?(flat bytes: [UInt8]) {
+        guard let o = FlatJSONObject(bytes),
+              let t = o.double("t").required, let lat = o.double("lat").required,
+              let lon = o.double("lon").required, let acc = o.double("acc").required,
+              let speed = o.double("speed").optional, let course = o.double("course").optional,
+              let alt = o.double("alt").optional, let vacc = o.double("vacc").optional,
+              let mock = o.bool("mock").optional else { return nil }
+        self.init(t: t, lat: lat, lon: lon, acc: acc, speed: speed, course: course, alt: alt, vacc: vacc, mock: mock)
+    }
+}
+
+extension RawFix {
+    /// The fast path for the internal raw message; nil means "ask JSONDecoder".
+    public init?(flat bytes: [UInt8]) {
+        guard let o = FlatJSONObject(bytes),
+              let deviceText = o.string("device").required, let device = DeviceID(deviceText),
+              let seq = o.int64("seq").required, let sessionID = o.string("sessionID").optional,
+              let timeMs = o.int64("timeMs").required, let receivedMs = o.int64("receivedMs").required,
+              let sourceText = o.string("source").required, let source = FixSource(rawValue: sourceText),
+              let latitude = o.double("latitude").required, let longitude = o.double("longitude").required,
+              let accuracyM = o.double("accuracyM").required,
+              let speedMps = o.double("speedMps").optional, let courseDeg = o.double("courseDeg").optional,
+              let altitudeM = o.double("altitudeM").optional, let verticalAccuracyM = o.double("verticalAccuracyM").optional,
+              let mock = o.bool("mock").optional, let batteryPct = o.double("batteryPct").optional else { return nil }
+        self.init(device: device, seq: seq, sessionID: sessionID, timeMs: timeMs, receivedMs: receivedMs, source: source,
+                  latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg,
+                  altitudeM: altitudeM, verticalAccuracyM: verticalAccuracyM, mock: mock, batteryPct: batteryPct)
+    }
+}

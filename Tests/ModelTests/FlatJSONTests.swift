@@ -1,0 +1,60 @@
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+/// The fast reader must agree with JSONDecoder wherever it answers, and step
+/// aside (nil) for everything unusual.
+@Suite struct FlatJSONTests {
+    @Test func agreesWithJSONDecoderOnEveryRecordedFix() throws {
+        var count = 0
+        for name in ["city-run.jsonl", "munich-drive.jsonl", "posmo-train.jsonl", "pixel6-walk.jsonl", "mtv-drive-truth.jsonl"] {
+            for line in try Fixtures.lines(name) {
+                let fast = try #require(DeviceFix(flat: Array(line.utf8)), "\(name): \(line)")
+                #expect(fast == (try JSONCoding.decoder.decode(DeviceFix.self, from: Data(line.utf8))))
+                count += 1
+            }
+        }
+        #expect(count > 4_000)
+    }
+
+    @Test func rawFixesRoundTripThroughTheWriter() throws {
+        let d = DeviceID("p-1")!
+        for fix in [
+            RawFix(device: d, seq: 1, sessionID: nil, timeMs: 1, receivedMs: 2, source: .device, latitude: -33.9, longitude: 151.2, accuracyM: 0),
+            RawFix(device: d, seq: 9_007_199_254_740_993, sessionID: "a-b", timeMs: 1_793_197_938_549, receivedMs: 1_795_985_074_064,
+                   source: .ownTracks, latitude: 37.331821, longitude: -122.030386, accuracyM: 10.5, speedMps: 1.54,
+                   courseDeg: 263.6, altitudeM: -3.25, verticalAccuracyM: 4, mock: true, batteryPct: 77),
+        ] {
+            let bytes = Array(JSONCoding.encode(fix))
+            #expect(RawFix(flat: bytes) == fix)
+            #expect(RawFix(flat: bytes) == (try JSONCoding.decoder.decode(RawFix.self, from: Data(bytes))))
+        }
+    }
+
+    @Test(arguments: [
+        #"{"t":1,"lat":1,"lon":2,"acc":5,"extra":{"a":1}}"#,   // nested: JSONDecoder's job
+        #"{"t":1,"lat":1,"lon":2,"acc":5,"tags":[1]}"#,
+        #"{"t":1,"lat":1,"lon":2,"acc":5,"note":"a\"b"}"#,      // escapes
+        #"{"t":1,"lat":1,"lat":2,"lon":2,"acc":5}"#,             // duplicate key
+        #"{"t":1e400,"lat":1,"lon":2,"acc":5}"#,                 // not finite
+        #"{"t":01,"lat":1,"lon":2,"acc":5}"#,                    // leading zero
+        #"{"t":1.,"lat":1,"lon":2,"acc":5}"#,
+        #"{"t":"1","lat":1,"lon":2,"acc":5}"#,                   // wrong type
+        #"{"t":1,"lat":1,"lon":2}"#,                             // missing field
+        #"{"t":1,"lat":1,"lon":2,"acc":5,"mock":1}"#,
+        #"{"t":1,"lat":1,"lon":2,"acc":5} x"#,                   // trailing garbage
+        #"{"t":1,"lat":1,"lon":2,"acc":5,}"#,
+        #"{"t":1,"lat":NaN,"lon":2,"acc":5}"#,
+        #"[{"t":1,"lat":1,"lon":2,"acc":5}]"#,
+        "",
+    ])
+    func stepsAsideForAnythingUnusual(_ input: String) {
+        #expect(DeviceFix(flat: Array(input.utf8)) == nil)
+    }
+
+    @Test func acceptsWhitespaceNullsAndUnknownScalars() {
+        let fix = DeviceFix(flat: Array(#" { "t" : 1793197938.5 , "lat":-1.5e-3,"lon":2,"acc":5,"speed":null,"provider":"gps","ok":true } "#.utf8))
+        #expect(fix == DeviceFix(t: 1_793_197_938.5, lat: -0.0015, lon: 2, acc: 5))
+    }
+}
