@@ -196,9 +196,12 @@ public struct FilterCore: Sendable {
 
         // 8. Minimum spacing: a step shorter than the estimate's own
         // uncertainty is mostly noise and would only lengthen the track.
+        // Without Doppler the velocity itself is uncertain, so a step must be
+        // significant at about 95 % (two standard deviations) to count.
         if let last = state.lastAccepted {
             let spacing = hypot(east.position - last.x, north.position - last.y)
-            let minimum = max(profile.minSpacingM, max(east.pp, north.pp).squareRoot())
+            let sigmas = fix.speedMps == nil ? 2.0 : 1.0
+            let minimum = max(profile.minSpacingM, sigmas * max(east.pp, north.pp).squareRoot())
             if spacing < minimum {
                 return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
             }
