@@ -51,7 +51,7 @@ let package = Package(
         .testTarget(name: "FilterCoreTests", dependencies: ["FilterCore", "TestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "EndToEndTests",
-                    dependencies: ["Model", "Bus", "TestSupport", "Gateway", "Filter", "Ctl"],
+                    dependencies: ["Model", "Bus", "TestSupport", "FilterCore", "Gateway", "Filter", "Ctl"],
                     swiftSettings: strict),
     ],
     swiftLanguageModes: [.v6]

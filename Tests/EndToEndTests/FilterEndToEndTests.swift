@@ -1,4 +1,5 @@
 import Bus
+import FilterCore
 import Foundation
 import Model
 import TestSupport
@@ -56,7 +57,7 @@ import Testing
 
     @Test func killNineMidStreamGivesTheSamePoints() async throws {
         try await waitUntilOnline()
-        let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points"])
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points", "tracker/+/raw"])
         let publisher = try await TestClient.connect(port: broker.port)
         let lines = Array(try Fixtures.lines("munich-drive.jsonl").prefix(600))
         for (index, line) in lines.enumerated() {
@@ -69,9 +70,14 @@ import Testing
             if index == 400 { await publisher.drain(); try filter.start() }
         }
         await publisher.drain()
-        // The uninterrupted verdicts, from the pure core on the same fixes.
         let decisions = try await waitForDecisions(publisher, device: "m1", count: 600)
-        let expectedSeqs = decisions.filter { $0["accepted"]?.boolValue == true }.compactMap { $0["seq"]?.int64Value }
+        // The uninterrupted run: the same core, in one go, over the raw fixes the gateway published.
+        var rawBySeq: [Int64: RawFix] = [:]
+        for raw in out.decoded(RawFix.self, topicSuffix: "/raw") { rawBySeq[raw.seq] = raw }
+        #expect(rawBySeq.count == 600)
+        var state = DeviceFilterState()
+        let uninterrupted = rawBySeq.keys.sorted().compactMap { FilterCore().judge(FilterInput(rawBySeq[$0]!), state: &state).point }
+        let expectedSeqs = uninterrupted.map(\.seq)
         try await out.wait(timeout: 30, description: "all points") { all in
             Set(all.compactMap { try? JSONCoding.decoder.decode(PointMessage.self, from: Data($0.payload)).point.seq }).count >= expectedSeqs.count
         }
@@ -82,6 +88,8 @@ import Testing
             bySeq[p.seq] = p
         }
         #expect(bySeq.keys.sorted() == expectedSeqs)
+        // Not just the same fixes: the same filtered positions, speeds and odometer.
+        #expect(bySeq.keys.sorted().map { bySeq[$0]! } == uninterrupted)
         // Decisions cover every seq exactly once.
         #expect(decisions.compactMap { $0["seq"]?.int64Value } == Array(1...600))
     }
