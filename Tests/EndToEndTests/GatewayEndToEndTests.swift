@@ -174,6 +174,25 @@ import Testing
         }
     }
 
+    @Test func anAutoSessionClosesWhenItsDeviceFallsSilent() async throws {
+        gateway.stop()
+        let quiet = try ServiceHarness(executable: "tracker-gateway", broker: broker,
+                                       config: ["healthIntervalSec": 0.2, "sessionIdleTimeoutSec": 1, "instance": "tracker-gateway-quiet"])
+        let out = try await collector(["tracker/quiet1/events", "tracker/_health/gateway"])
+        try quiet.start()
+        try await out.wait(description: "the quiet instance online") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.instance == "tracker-gateway-quiet" }
+        }
+        let publisher = try await TestClient.connect(port: broker.port)
+        try await publisher.publishAndWait(MQTTMessage(topic: "tracker/quiet1/fixes", string: #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#))
+        let events = try await out.wait(timeout: 20, description: "sessionStopped after 1 s of silence") { all in
+            all.contains { $0.string.contains("sessionStopped") }
+        }
+        let stopped = events.compactMap { try? JSONCoding.decoder.decode(Event.self, from: Data($0.payload)) }
+            .compactMap { e -> Session? in if case .sessionStopped(let s) = e.body { s } else { nil } }
+        #expect(stopped.first?.auto == true && stopped.first?.endMs == 1_793_197_938_000)
+    }
+
     @Test func mqtt311ClientsGetRepliesOnTheReplyTopic() async throws {
         try await waitUntilOnline()
         let client = try await TestClient.connect(port: broker.port, protocolVersion: .v311)

@@ -67,9 +67,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
     private let core: FilterCore
     private let outbox: Outbox
     private let lock = NSLock()
-    private var devices: [DeviceID: FilterStore.DeviceRow] = [:]
-    /// Devices whose state changed in the open batch; written once, at flush.
-    private var dirty: Set<DeviceID> = []
+    private let rows: DeviceRows<FilterStore.DeviceRow>
     private var rejectionCounts: [DeviceID: Int] = [:]
 
     private var topics: Topics { context.topics }
@@ -80,6 +78,9 @@ final class FilterService: TrackerService, @unchecked Sendable {
         self.settings = settings
         self.store = try FilterStore(path: context.databasePath())
         self.core = FilterCore(profile: settings.profile)
+        rows = DeviceRows(load: { [store] in
+            try store.device($0) ?? FilterStore.DeviceRow(lastSeq: 0, state: DeviceFilterState())
+        }, save: { [store] in try store.save($0, $1) })
         try outbox.restore(from: store)
     }
 
@@ -103,11 +104,6 @@ final class FilterService: TrackerService, @unchecked Sendable {
         }
     }
 
-    private func row(_ device: DeviceID) throws -> FilterStore.DeviceRow {
-        if let cached = devices[device] { return cached }
-        return try store.device(device) ?? FilterStore.DeviceRow(lastSeq: 0, state: DeviceFilterState())
-    }
-
     private func judge(_ message: MQTTMessage, device: DeviceID) {
         let nowMs = context.clock.nowMs()
         let raw: RawFix
@@ -122,7 +118,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
         var pointBody: Data?
         let verdict: Verdict
         do {
-            var row = try row(device)
+            var row = try rows.row(device)
             // At-least-once delivery: anything at or below the last applied seq was applied already.
             guard raw.seq > row.lastSeq else { context.counters.count("redelivered"); return }
             verdict = core.judge(FilterInput(raw), state: &row.state)
@@ -148,8 +144,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
                     try store.trim(device, lastSeq: row.lastSeq, ackedThrough: outbox.ackedThrough(device), keep: settings.retentionPerDevice)
                 }
             }
-            devices[device] = row
-            dirty.insert(device)
+            rows.update(device, row)
         } catch {
             // Only this fix's savepoint rolled back; the cached state is the one before it.
             context.counters.error()
@@ -185,10 +180,9 @@ final class FilterService: TrackerService, @unchecked Sendable {
             return
         }
         do {
-            var row = try row(device)
+            var row = try rows.row(device)
             row.state.externalMotion = update.state
-            devices[device] = row
-            dirty.insert(device)
+            rows.update(device, row)
         } catch {
             context.logger.error("store failed; motion state not saved", ["device": device.rawValue, "error": "\(error)"])
         }
@@ -204,22 +198,13 @@ final class FilterService: TrackerService, @unchecked Sendable {
     func flush() {
         lock.lock()
         defer { lock.unlock() }
-        commitBatch()
-    }
-
-    /// Writes the batch's device states and commits (caller holds the lock).
-    private func commitBatch() {
-        if !dirty.isEmpty { try? store.db.openBatch() }
-        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters) {
-            for device in dirty { if let row = devices[device] { try store.save(device, row) } }
-        }
-        dirty.removeAll()
+        rows.commit(store.db, logger: context.logger, counters: context.counters)
     }
 
     func tick() {
         lock.lock()
         defer { lock.unlock() }
-        commitBatch()
+        rows.commit(store.db, logger: context.logger, counters: context.counters)
         do {
             try store.db.transaction { try outbox.saveWatermarks(to: store) }
         } catch {

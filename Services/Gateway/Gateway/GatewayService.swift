@@ -40,9 +40,7 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     private let rules: SessionRules
     private let outbox: Outbox
     private let lock = NSLock()
-    private var devices: [DeviceID: GatewayStore.DeviceRow] = [:]
-    /// Devices whose row changed in the open batch; written once, at flush.
-    private var dirty: Set<DeviceID> = []
+    private let rows: DeviceRows<GatewayStore.DeviceRow>
 
     private var topics: Topics { context.topics }
 
@@ -53,6 +51,9 @@ final class GatewayService: TrackerService, @unchecked Sendable {
         self.store = try GatewayStore(path: context.databasePath())
         self.parser = FixParser(validator: settings.validator)
         self.rules = SessionRules(policy: settings.sessionPolicy)
+        rows = DeviceRows(load: { [store] in
+            try store.device($0) ?? GatewayStore.DeviceRow(lastSeq: 0, sessions: DeviceSessions())
+        }, save: { [store] in try store.saveDevice($0, $1) })
         try outbox.restore(from: store)
     }
 
@@ -115,7 +116,7 @@ final class GatewayService: TrackerService, @unchecked Sendable {
         var duplicates: [Int64] = []
         do {
             try store.db.transaction {
-                var row = try deviceRow(device)
+                var row = try rows.row(device)
                 for fix in fixes {
                     if try store.hasFix(device, timeMs: fix.timeMs) { duplicates.append(fix.timeMs); continue }
                     sessionEffects += rules.fixArrived(&row.sessions, device: device, fixMs: fix.timeMs,
@@ -136,8 +137,7 @@ final class GatewayService: TrackerService, @unchecked Sendable {
                 if row.lastSeq % 256 == 0 || published.count > 1 {
                     try store.trim(device, lastSeq: row.lastSeq, ackedThrough: outbox.ackedThrough(device), capacity: settings.ringCapacity)
                 }
-                devices[device] = row
-                dirty.insert(device)
+                rows.update(device, row)
             }
         } catch {
             // Only this message's savepoint rolled back; the cached row is still
@@ -161,11 +161,6 @@ final class GatewayService: TrackerService, @unchecked Sendable {
         context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
-    private func deviceRow(_ device: DeviceID) throws -> GatewayStore.DeviceRow {
-        if let cached = devices[device] { return cached }
-        return try store.device(device) ?? GatewayStore.DeviceRow(lastSeq: 0, sessions: DeviceSessions())
-    }
-
     private func publishSessionEffect(_ effect: SessionEffect, nowMs: Int64) {
         switch effect {
         case .opened(let s): context.publish(Event(device: s.device, timeMs: nowMs, .sessionStarted(s)))
@@ -177,8 +172,6 @@ final class GatewayService: TrackerService, @unchecked Sendable {
 
     // MARK: Restart safety
 
-    /// On the first connect, republish every stored fix the broker may not
-    /// have received before the last run ended (consumers skip seqs they have).
     /// On the first connect, republish whatever the last run may not have delivered.
     func connected(reconnect: Bool) {
         lock.lock()
@@ -189,40 +182,29 @@ final class GatewayService: TrackerService, @unchecked Sendable {
     func flush() {
         lock.lock()
         defer { lock.unlock() }
-        commitBatch()
-    }
-
-    /// Writes the batch's device rows and commits (caller holds the lock).
-    private func commitBatch() {
-        if !dirty.isEmpty { try? store.db.openBatch() }
-        BatchCommit.commit(store.db, logger: context.logger, counters: context.counters) {
-            for device in dirty { if let row = devices[device] { try store.saveDevice(device, row) } }
-        }
-        dirty.removeAll()
+        rows.commit(store.db, logger: context.logger, counters: context.counters)
     }
 
     func tick() {
         lock.lock()
         defer { lock.unlock() }
-        commitBatch()
+        rows.commit(store.db, logger: context.logger, counters: context.counters)
         let nowMs = context.clock.nowMs()
+        var closed: [SessionEffect] = []
         do {
-            try store.db.transaction { try outbox.saveWatermarks(to: store) }
-            var closed: [SessionEffect] = []
-            try store.db.transaction {
-                for (device, var row) in devices {
-                    guard let effect = rules.sweep(&row.sessions, nowMs: nowMs) else { continue }
-                    if case .closed(let s) = effect { try store.saveSession(s) }
-                    try store.saveDevice(device, row)
-                    devices[device] = row
-                    closed.append(effect)
-                }
+            try store.db.openBatch()
+            try outbox.saveWatermarks(to: store)
+            for (device, var row) in rows.all {
+                guard let effect = rules.sweep(&row.sessions, nowMs: nowMs), case .closed(let session) = effect else { continue }
+                try store.db.transaction { try store.saveSession(session) }
+                rows.update(device, row)
+                closed.append(effect)
             }
-            closed.forEach { publishSessionEffect($0, nowMs: nowMs) }
         } catch {
-            devices.removeAll()  // a rolled-back sweep: reload rows from the store
             context.logger.error("periodic save failed", ["error": "\(error)"])
         }
+        rows.commit(store.db, logger: context.logger, counters: context.counters)
+        closed.forEach { publishSessionEffect($0, nowMs: nowMs) }
         context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
@@ -261,27 +243,23 @@ final class GatewayService: TrackerService, @unchecked Sendable {
         case "start":
             let args = try command.arguments(StartArgs.self)
             if let tag = args.tag, tag.count > 200 { throw CommandError(.badInput, "tag: longer than 200 characters") }
-            var row = try deviceRow(device)
+            var row = try rows.row(device)
             let effects = rules.start(&row.sessions, device: device, tag: args.tag, nowMs: nowMs, newID: Self.newSessionID)
             try store.db.transaction {
                 for effect in effects { switch effect { case .opened(let s), .closed(let s): try store.saveSession(s) } }
-                try store.saveDevice(device, row)
             }
-            devices[device] = row
+            rows.update(device, row)
             effects.forEach { publishSessionEffect($0, nowMs: nowMs) }
             return row.sessions.current
         case "stop":
-            var row = try deviceRow(device)
+            var row = try rows.row(device)
             let closed = try rules.stop(&row.sessions, nowMs: nowMs)
-            try store.db.transaction {
-                try store.saveSession(closed)
-                try store.saveDevice(device, row)
-            }
-            devices[device] = row
+            try store.db.transaction { try store.saveSession(closed) }
+            rows.update(device, row)
             publishSessionEffect(.closed(closed), nowMs: nowMs)
             return closed
         case "currentSession":
-            return try deviceRow(device).sessions.current
+            return try rows.row(device).sessions.current
         case "getSessions":
             let args = try command.arguments(RangeArgs.self)
             return try store.sessions(device, fromMs: args.fromMs, toMs: args.toMs)
