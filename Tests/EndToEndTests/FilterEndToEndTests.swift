@@ -55,6 +55,20 @@ import Testing
         #expect(bad.ok == false && bad.code == "badInput")
     }
 
+    @Test func unreadableInternalMessagesGetErrorEvents() async throws {
+        try await waitUntilOnline()
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/bad9/events"])
+        let publisher = try await TestClient.connect(port: broker.port)
+        try await publisher.publishAndWait(MQTTMessage(topic: "tracker/bad9/raw", string: #"{"seq":"one"}"#))
+        try await publisher.publishAndWait(MQTTMessage(topic: "tracker/bad9/motion", string: "stationary"))
+        let events = try await out.wait(description: "two errors") { $0.count >= 2 }
+        let messages = events.compactMap { try? JSONCoding.decoder.decode(Event.self, from: Data($0.payload)) }
+            .compactMap { e -> String? in if case .error("badInput", let m) = e.body { m } else { nil } }
+        #expect(messages.contains { $0.hasPrefix("raw: unreadable internal message:") })
+        #expect(messages.contains { $0.hasPrefix("motion: unreadable internal message:") })
+        #expect(filter.process?.wait(timeout: 0) == nil)  // still running
+    }
+
     @Test func killNineMidStreamGivesTheSamePoints() async throws {
         try await waitUntilOnline()
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points", "tracker/+/raw"])

@@ -112,7 +112,7 @@ final class FilterService: TrackerService, @unchecked Sendable {
         } catch {
             context.counters.error()
             context.publish(Event(device: device, timeMs: nowMs, .error(code: ErrorCode.badInput.rawValue,
-                                                                        message: "raw: unreadable internal message: \(error)")))
+                                                                        message: "raw: unreadable internal message: \(Self.describe(error))")))
             return
         }
         var pointBody: Data?
@@ -162,6 +162,10 @@ final class FilterService: TrackerService, @unchecked Sendable {
         context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
+    static func describe(_ error: any Error) -> String {
+        (error as? DecodingError).map(DecodingErrorText.describe) ?? "\(error)"
+    }
+
     private func shouldPublishRejection(_ device: DeviceID) -> Bool {
         switch settings.rejectionEvents {
         case .all: return true
@@ -174,9 +178,13 @@ final class FilterService: TrackerService, @unchecked Sendable {
     }
 
     private func motion(_ message: MQTTMessage, device: DeviceID) {
-        guard let update = try? JSONCoding.decoder.decode(MotionMessage.self, from: Data(message.payload)) else {
+        let update: MotionMessage
+        do {
+            update = try JSONCoding.decoder.decode(MotionMessage.self, from: Data(message.payload))
+        } catch {
             context.counters.error()
-            context.logger.warning("unreadable motion message", ["device": device.rawValue])
+            context.publish(Event(device: device, timeMs: context.clock.nowMs(), .error(
+                code: ErrorCode.badInput.rawValue, message: "motion: unreadable internal message: \(Self.describe(error))")))
             return
         }
         do {
