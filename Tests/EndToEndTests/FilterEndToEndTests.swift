@@ -55,6 +55,33 @@ import Testing
         #expect(bad.ok == false && bad.code == "badInput")
     }
 
+    @Test func diagnosticsFollowTheirSwitchesAndRetention() async throws {
+        try await waitUntilOnline()
+        filter.stop()
+        let quiet = try ServiceHarness(executable: "tracker-filter", broker: broker, config: [
+            "healthIntervalSec": 0.2, "instance": "tracker-filter-quiet",
+            "rejectionEvents": "off", "rawPoints": false, "retentionPerDevice": 100,
+        ])
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/q1/events", "tracker/_health/filter"])
+        try quiet.start()
+        try await out.wait(description: "the configured instance online") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.instance == "tracker-filter-quiet" }
+        }
+        let publisher = try await TestClient.connect(port: broker.port)
+        for line in try Fixtures.lines("munich-drive.jsonl").prefix(600) {
+            try publisher.publish(MQTTMessage(topic: "tracker/q1/fixes", string: line))
+        }
+        await publisher.drain()
+        let decisions = try await waitForDecisions(publisher, device: "q1", count: 1, lastSeq: 600)
+        // Retention: the log was trimmed at seq 512 to the newest 100, and has grown since.
+        #expect(decisions.count < 600 && decisions.first?["seq"]?.int64Value == 413)
+        let judged = try await TestClient.command(publisher, device: "q1", "getRawPoints")
+        #expect(judged.ok == false && judged.code == "notReady")
+        // Rejections happened (the decision log has them) but no rejection event was sent.
+        #expect(decisions.contains { $0["accepted"]?.boolValue == false })
+        #expect(!out.messages.contains { $0.string.contains("locationRejected") })
+    }
+
     @Test func unreadableInternalMessagesGetErrorEvents() async throws {
         try await waitUntilOnline()
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/bad9/events"])
@@ -108,13 +135,18 @@ import Testing
         #expect(decisions.compactMap { $0["seq"]?.int64Value } == Array(1...600))
     }
 
-    func waitForDecisions(_ client: MQTTClient, device: String, count: Int) async throws -> [JSONValue] {
+    /// Polls the decision log (a command round trip each time) until it holds
+    /// at least `count` rows, and its newest is `lastSeq` when given.
+    func waitForDecisions(_ client: MQTTClient, device: String, count: Int, lastSeq: Int64? = nil) async throws -> [JSONValue] {
         let deadline = ContinuousClock.now + .seconds(30)
         while ContinuousClock.now < deadline {
-            let reply = try await TestClient.command(client, device: device, "getDecisions", args: .object(["limit": .number(Double(count))]))
-            if let rows = reply.result?.arrayValue, rows.count >= count { return rows }
+            let reply = try await TestClient.command(client, device: device, "getDecisions", args: .object(["limit": .number(10_000)]))
+            if let rows = reply.result?.arrayValue, rows.count >= count,
+               lastSeq == nil || rows.last?["seq"]?.int64Value == lastSeq {
+                return rows
+            }
             await Task.yield()
         }
-        throw TestSupportError("decision log never reached \(count) rows")
+        throw TestSupportError("decision log never reached \(count) rows (last seq \(lastSeq.map(String.init) ?? "any"))")
     }
 }
