@@ -1,0 +1,79 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+/// `trackerctl` as users run it, against a gateway and a real broker.
+@Suite(.serialized) struct CtlEndToEndTests {
+    let broker: TestBroker
+    let gateway: ServiceHarness
+
+    init() throws {
+        broker = try TestBroker()
+        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
+        try gateway.start()
+    }
+
+    func ctl(_ arguments: [String]) throws -> (code: Int32?, output: String) {
+        let log = broker.directory.appendingPathComponent("ctl-\(UUID().uuidString.prefix(6)).log").path
+        let process = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
+                                       arguments: arguments + ["--port", "\(broker.port)"], logFile: log)
+        let code = process.wait(timeout: 30)
+        return (code, process.log)
+    }
+
+    func waitUntilOnline() async throws {
+        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/gateway"])
+        try await health.wait(description: "gateway online") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .online }
+        }
+    }
+
+    @Test func replaysGPX() async throws {
+        try await waitUntilOnline()
+        let gpx = broker.directory.appendingPathComponent("walk.gpx")
+        try """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <gpx version="1.1" creator="test"><trk><trkseg>
+              <trkpt lat="48.1" lon="11.5"><ele>520</ele><time>2026-10-01T10:00:00Z</time><hdop>2</hdop></trkpt>
+              <trkpt lat="48.1001" lon="11.5"><time>2026-10-01T10:00:01.500Z</time></trkpt>
+              <trkpt lat="48.1002" lon="11.5"><time>2026-10-01T10:00:03Z</time></trkpt>
+            </trkseg></trk></gpx>
+            """.write(to: gpx, atomically: true, encoding: .utf8)
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/gpx1/raw"])
+        let run = try ctl(["replay", gpx.path, "--device", "gpx1", "--speed", "0"])
+        #expect(run.code == 0, "\(run.output)")
+        try await out.wait(count: 3, topicSuffix: "/raw")
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")
+        #expect(raw.map(\.timeMs) == [1_790_848_800_000, 1_790_848_801_500, 1_790_848_803_000])  // 2026-10-01T10:00:00Z …
+        #expect(raw[0].accuracyM == 10 && raw[0].altitudeM == 520)  // hdop 2 × 5 m
+        #expect(raw[1].accuracyM == 10)  // no hdop: 10 m
+    }
+
+    @Test func rebaseShiftsTheRecordingToNow() async throws {
+        try await waitUntilOnline()
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/rb1/raw"])
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let run = try ctl(["replay", Fixtures.url("city-run.jsonl").path, "--device", "rb1", "--speed", "0", "--rebase"])
+        #expect(run.code == 0, "\(run.output)")
+        try await out.wait(count: 30, topicSuffix: "/raw")
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")
+        #expect(abs(raw[0].timeMs - before) < 10_000)
+        let original = try Fixtures.fixes("city-run.jsonl")
+        // Spacing kept (to the millisecond, allowing for rounding).
+        #expect(abs((raw[29].timeMs - raw[0].timeMs) - (original[29].timeMs - original[0].timeMs)) <= 1)
+    }
+
+    @Test func cmdExitCodesTellTheOutcome() async throws {
+        try await waitUntilOnline()
+        let ok = try ctl(["cmd", "c1", "currentSession", "--timeout", "5"])
+        #expect(ok.code == 0 && ok.output.contains("\"ok\" : true"), "\(ok.output)")
+        let refused = try ctl(["cmd", "c1", "stop", "--timeout", "5"])
+        #expect(refused.code == 1 && refused.output.contains("notReady"), "\(refused.output)")
+        let unanswered = try ctl(["cmd", "c1", "getPoints", "--timeout", "0.5"])  // the track service is not running
+        #expect(unanswered.code == 3 && unanswered.output.contains("no reply"), "\(unanswered.output)")
+        let badUsage = try ctl(["replay", "x.jsonl", "--device", "bad id"])
+        #expect(badUsage.code == 64 && badUsage.output.contains("--device"), "\(badUsage.output)")
+    }
+}
