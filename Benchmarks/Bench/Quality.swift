@@ -22,6 +22,21 @@ enum Quality {
             let score = FilterScore.score(core: core, fixes: noisy.map(Self.input), truthPath: truthPath)
             print("mtv seed \(seed) without speed: \(score)")
         }
+        // Other noise than the default: white, strongly correlated, many jumps.
+        for (label, correlation, jumps) in [("white noise", 0.0, 0.02), ("correlated noise ρ 0.8", 0.8, 0.02), ("5 % jumps", 0.3, 0.05)] {
+            for dropSpeed in [false, true] {
+                var generator = NoiseGenerator(seed: 11)
+                generator.correlation = correlation
+                generator.jumpProbability = jumps
+                let noisy = generator.apply(to: truth).map { s -> NoisySample in
+                    var s = s
+                    if dropSpeed { s.fix.speed = nil; s.fix.course = nil }
+                    return s
+                }
+                let score = FilterScore.score(core: core, fixes: noisy.map(Self.input), truthPath: truthPath)
+                print("mtv \(label)\(dropSpeed ? " without speed" : ""): \(score)")
+            }
+        }
         // The real recordings: no truth, but known distances and real jumps.
         for name in ["city-run.jsonl", "munich-drive.jsonl", "posmo-train.jsonl", "pixel6-walk.jsonl"] {
             let fixes = try Fixtures.fixes(name)
