@@ -20,7 +20,7 @@ public final class MQTTClient: @unchecked Sendable {
     public let options: MQTTOptions
     private let mosq: OpaquePointer
     private let state = Mutex(State())
-    private var loop: NetworkLoop!
+    private let loop: NetworkLoop
 
     private struct State {
         var connected = false
@@ -44,11 +44,14 @@ public final class MQTTClient: @unchecked Sendable {
         guard let mosq = mosquitto_new(options.clientID, options.cleanStart, nil) else {
             throw MQTTError.library(operation: "new", code: -1, message: "mosquitto_new failed for client id \(options.clientID)")
         }
+        do {
+            loop = try NetworkLoop(mosq: mosq)
+        } catch {
+            mosquitto_destroy(mosq)
+            throw error
+        }
         self.mosq = mosq
         mosquitto_user_data_set(mosq, Unmanaged.passUnretained(self).toOpaque())
-        loop = try NetworkLoop(mosq: mosq) { [weak self] in
-            self?.state.withLock { $0.beforeAcknowledging }?()
-        }
         try check("set protocol", mosquitto_int_option(mosq, MOSQ_OPT_PROTOCOL_VERSION, options.protocolVersion.rawValue))
         try check("set tcp_nodelay", mosquitto_int_option(mosq, MOSQ_OPT_TCP_NODELAY, 1))
         if options.protocolVersion == .v5 {
@@ -72,6 +75,7 @@ public final class MQTTClient: @unchecked Sendable {
         mosquitto_publish_v5_callback_set(mosq, onPublishCallback)
         mosquitto_subscribe_v5_callback_set(mosq, onSubscribeCallback)
         mosquitto_message_v5_callback_set(mosq, onMessageCallback)
+        loop.setBeforeAcknowledging { [weak self] in self?.state.withLock { $0.beforeAcknowledging }?() }
     }
 
     deinit {

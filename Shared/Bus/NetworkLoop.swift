@@ -23,11 +23,10 @@ final class NetworkLoop: @unchecked Sendable {
     private let stopping = Mutex(false)
     private let finished = DispatchSemaphore(value: 0)
     private let threadID = Mutex<pthread_t?>(nil)
-    private let beforeAcknowledging: @Sendable () -> Void
+    private let hook = Mutex<(@Sendable () -> Void)?>(nil)
 
-    init(mosq: OpaquePointer, beforeAcknowledging: @escaping @Sendable () -> Void) throws {
+    init(mosq: OpaquePointer) throws {
         self.mosq = mosq
-        self.beforeAcknowledging = beforeAcknowledging
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else {
             throw MQTTError.library(operation: "wake pipe", code: errno, message: String(cString: strerror(errno)))
@@ -48,6 +47,11 @@ final class NetworkLoop: @unchecked Sendable {
     }
 
     private let started = Mutex(false)
+
+    /// Called between reading and writing on every pass (see the type's doc).
+    func setBeforeAcknowledging(_ body: @escaping @Sendable () -> Void) {
+        hook.withLock { $0 = body }
+    }
 
     func start(name: String) {
         started.withLock { $0 = true }
@@ -114,7 +118,7 @@ final class NetworkLoop: @unchecked Sendable {
             }
             // Everything read so far is handled: let the owner commit it
             // before any acknowledgement leaves.
-            beforeAcknowledging()
+            hook.withLock { $0 }?()
             if mosquitto_socket(mosq) >= 0, mosquitto_want_write(mosq) {
                 _ = mosquitto_loop_write(mosq, 1)
             }
