@@ -52,6 +52,19 @@ enum Quality {
             print(String(format: "%@: odometer %.0f m, raw path %.0f m; ", name as NSString, state.odometerM, raw)
                   + reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
         }
+        if let dumpSeed = ProcessInfo.processInfo.environment["DUMP_SEED"].flatMap(UInt64.init) {
+            // The noisy fixes as a recording (truth speed in `truthSpeed`), for `tracker-bench trace`.
+            let noSpeed = ProcessInfo.processInfo.environment["NOSPEED"] != nil
+            let speedAt = Dictionary(truth.map { ($0.timeMs, $0.speed ?? 0) }, uniquingKeysWith: { a, _ in a })
+            var out = ""
+            for var s in NoiseGenerator(seed: dumpSeed).apply(to: truth) {
+                if noSpeed { s.fix.speed = nil; s.fix.course = nil }
+                var line = String(decoding: JSONCoding.encode(s.fix), as: UTF8.self)
+                line.removeLast()
+                out += line + String(format: ",\"truthSpeed\":%.1f,\"jump\":%@}\n", speedAt[s.fix.timeMs] ?? 0, s.isJump ? "true" : "false")
+            }
+            try out.write(toFile: "/tmp/mtv-seed\(dumpSeed)\(noSpeed ? "-nospeed" : "").jsonl", atomically: true, encoding: .utf8)
+        }
         if let debugSeed = ProcessInfo.processInfo.environment["DEBUG_SEED"].flatMap(UInt64.init) {
             var state = DeviceFilterState()
             var previousT = 0.0
@@ -71,7 +84,12 @@ enum Quality {
                 if let p = v.point {
                     if let lp = lastPoint {
                         let d = Geodesy.distance(lp.0, lp.1, p.latitude, p.longitude)
-                        if (speedAt[s.fix.timeMs] ?? 0) < 0.5 { lengthStopped += d } else { lengthMoving += d }
+                        if (speedAt[s.fix.timeMs] ?? 0) < 0.5 {
+                            lengthStopped += d
+                            if ProcessInfo.processInfo.environment["DEBUG_STOPS"] != nil {
+                                print(String(format: "stopped-step t=%.0f %.1f m acc %.0f", s.fix.t - truth[0].t, d, s.fix.acc))
+                            }
+                        } else { lengthMoving += d }
                     }
                     lastPoint = (p.latitude, p.longitude)
                 }
@@ -90,9 +108,14 @@ enum Quality {
         for (i, s) in parked.enumerated() { _ = core.judge(input(s, seq: Int64(i + 1)), state: &state) }
         print(String(format: "parked 8 h: odometer %.1f m", state.odometerM))
         state = DeviceFilterState()
+        let debugParked = ProcessInfo.processInfo.environment["DEBUG_PARKED"] != nil
         for (i, s) in parked.enumerated() {
             var f = input(s, seq: Int64(i + 1)); f.speedMps = nil
-            _ = core.judge(f, state: &state)
+            let v = core.judge(f, state: &state)
+            if debugParked, v.decision.reason != "stationary_drift" || (v.decision.measured ?? 0) > 1.5 * (v.decision.limit ?? 1) {
+                print(String(format: "parked %5d %@ measured %.1f limit %.1f odo %.1f", i, v.decision.reason as NSString,
+                             v.decision.measured ?? .nan, v.decision.limit ?? .nan, state.odometerM))
+            }
         }
         print(String(format: "parked 8 h without speed: odometer %.1f m", state.odometerM))
     }

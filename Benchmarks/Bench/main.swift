@@ -15,6 +15,8 @@ case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
 case "relay" where arguments.count == 2:
     try await Relay.serve(port: Int32(arguments[1])!)
+case "trace" where arguments.count == 2:
+    try Trace.run(path: arguments[1])
 case "store":
     try StoreBench.run(count: count)
 case "filter-core":
@@ -36,5 +38,5 @@ case "all", "gateway", "filter":
         try Quality.run(seeds: [1, 2, 3, 4, 5])
     }
 default:
-    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count]")
+    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | trace FILE")
 }
