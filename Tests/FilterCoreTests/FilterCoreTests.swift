@@ -132,6 +132,62 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
             var f = s.fix; f.speed = nil; return f
         }
         let (_, state) = judgeAll(inputs(parked))
+        #expect(state.odometerM < 50, "odometer \(state.odometerM)")
+    }
+}
+
+@Suite struct StopDetectionTests {
+    let start = FilterInput(seq: 1, sessionID: nil, timeMs: 1_700_000_000_000, latitude: 48.1, longitude: 11.5, accuracyM: 5)
+
+    /// A walk east at 1.2 m/s, 1 Hz, with Doppler speed.
+    func walk(seconds: Int, dopplerAt: (Int) -> Double = { _ in 1.2 }) -> [FilterInput] {
+        (0..<seconds).map { i in
+            var f = start
+            f.seq = Int64(i + 1)
+            f.timeMs += Int64(i) * 1_000
+            f.longitude += 1.2 * Double(i) / (111_195 * cos(48.1 * .pi / 180))
+            f.speedMps = dopplerAt(i)
+            f.courseDeg = 90
+            return f
+        }
+    }
+
+    @Test func aWalkersSingleDopplerDipDoesNotPark() {
+        let (verdicts, state) = judgeAll(walk(seconds: 120) { $0 == 40 ? 0.2 : 1.2 })
+        let drift = verdicts.enumerated().filter { $0.element.rejection == .stationaryDrift }.map(\.offset)
+        #expect(drift == [40])
+        #expect((130...150).contains(state.odometerM), "odometer \(state.odometerM)")
+    }
+
+    @Test func twoSecondsOfStandingDopplerPark() {
+        let (verdicts, _) = judgeAll(walk(seconds: 60) { (30..<34).contains($0) ? 0.1 : 1.2 })
+        // Fixes 30, 31 are a stop not yet confirmed; 32 confirms it; the walk
+        // resumes at 34 and two walking readings (34, 35) end the stop.
+        #expect(verdicts[30...35].map { $0.rejection == .stationaryDrift } == [true, true, true, true, true, false])
+    }
+
+    /// The posmo train recording has this: a position re-reported unchanged
+    /// for minutes while the train moves on.
+    @Test func aRepeatedCachedPositionIsNotAWitness() {
+        var fixes = walk(seconds: 60)
+        for i in 20..<30 {
+            fixes[i].latitude = 48.15
+            fixes[i].longitude = 11.6
+            fixes[i].speedMps = nil
+        }
+        let (verdicts, state) = judgeAll(fixes)
+        #expect(verdicts[20..<30].allSatisfy { $0.rejection?.isOutlier == true })
         #expect(state.odometerM < 100, "odometer \(state.odometerM)")
+    }
+
+    /// On a real Pixel 6 walk, whose Doppler dips below 0.5 m/s for single
+    /// fixes: two walking readings in a row are never taken for a stop.
+    @Test func aRealWalkIsNotTakenForStops() throws {
+        let fixes = inputs(try Fixtures.fixes("pixel6-walk.jsonl"))
+        let (verdicts, state) = judgeAll(fixes)
+        for i in 1..<fixes.count where (fixes[i - 1].speedMps ?? 0) >= 0.7 && (fixes[i].speedMps ?? 0) >= 0.7 {
+            #expect(verdicts[i].rejection != .stationaryDrift, "fix \(i)")
+        }
+        #expect((580...720).contains(state.odometerM), "odometer \(state.odometerM)")
     }
 }

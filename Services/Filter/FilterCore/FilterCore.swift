@@ -24,6 +24,9 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var leavingCount = 0
     /// Recent movement, for stop detection without Doppler speed.
     public var trend = TrendWindows()
+    /// The current run of fixes whose Doppler speed says "standing still".
+    /// Optional so that state saved before it existed still decodes.
+    public var standingRun: StandingRun?
 
     public init() {}
 
@@ -35,6 +38,9 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     }
     public struct OutlierFix: Codable, Sendable, Equatable {
         public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
+    }
+    public struct StandingRun: Codable, Sendable, Equatable {
+        public var count: Int, sinceMs: Int64
     }
 }
 
@@ -79,6 +85,10 @@ public struct FilterCore: Sendable {
     /// Phones' `acc` is a ~68 % radius; per axis that is about acc / 1.5.
     static let accuracyToSigma = 1 / 1.5
     static let minimumSigmaM = 2.0
+    /// Doppler speeds below this say "standing"; a walker's stay above it but for single dips.
+    static let standingDopplerMps = 0.5
+    /// Doppler speeds from this up say "moving", even at a slow walk.
+    static let walkingDopplerMps = 0.7
 
     public init(profile: FilterProfile = .named(.balanced)) { self.profile = profile }
 
@@ -98,6 +108,7 @@ public struct FilterCore: Sendable {
             }
         }
         state.newestMs = fix.timeMs
+        noteDoppler(fix, state: &state)
         let accuracy = fix.accuracyM == 0 ? Self.unknownAccuracyM : fix.accuracyM
         // 4. Accuracy ceiling.
         if accuracy > profile.accuracyCeilingM {
@@ -130,12 +141,21 @@ public struct FilterCore: Sendable {
 
         // Parked: fixes around the anchor are drift. They keep the filter
         // current but never move the point. Leaving takes two fixes in a row
-        // that say so: Doppler speed ≥ 1 m/s, or (without Doppler) a position
-        // beyond twice the radius, or any position beyond four times it.
+        // that say so: Doppler speed of a slow walk or more (or a position
+        // beyond four times the radius), or, without Doppler, a position
+        // beyond twice the radius while the trend is confidently moving.
         if let anchor = state.stationaryAnchor {
             let fromAnchor = hypot(x - anchor.x, y - anchor.y)
             let radius = max(profile.stationaryRadiusM, accuracy)
-            let leaving = fix.speedMps.map { $0 >= 1 } ?? (fromAnchor > 2 * radius) || fromAnchor > 4 * radius
+            state.trend.add(x: x, y: y, sigma: sigma, timeMs: fix.timeMs)
+            let leaving: Bool
+            if let doppler = fix.speedMps {
+                leaving = doppler >= Self.walkingDopplerMps || fromAnchor > 4 * radius
+            } else {
+                // Parked drift wanders tens of metres for minutes; a departure
+                // also shows in the fixes' trend as a confident speed.
+                leaving = fromAnchor > 2 * radius && state.trend.confidentlyFasterThan(0.5)
+            }
             state.leavingCount = leaving ? state.leavingCount + 1 : 0
             if state.leavingCount < 2 {
                 if !leaving || fromAnchor <= 2 * radius { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
@@ -189,9 +209,10 @@ public struct FilterCore: Sendable {
         // 7. Stationary drift suppression.
         let estimatedSpeed = hypot(east.velocity, north.velocity)
         updateStationary(&state, speed: estimatedSpeed, fix: fix, x: east.position, y: north.position)
-        if state.stationaryAnchor != nil {
-            // Just parked: this fix is part of the stop, not a move.
-            return reject(fix, .stationaryDrift, state: state, measured: 0, limit: profile.stationaryRadiusM)
+        if state.stationaryAnchor != nil || state.standingRun != nil {
+            // Just parked, or Doppler says standing (not yet for long enough
+            // to park): this fix is part of a stop, not a move.
+            return reject(fix, .stationaryDrift, state: state, measured: fix.speedMps ?? 0, limit: Self.standingDopplerMps)
         }
 
         // 8. Minimum spacing: a step shorter than the estimate's own
@@ -200,7 +221,7 @@ public struct FilterCore: Sendable {
         // significant at about 95 % (two standard deviations) to count.
         if let last = state.lastAccepted {
             let spacing = hypot(east.position - last.x, north.position - last.y)
-            let sigmas = fix.speedMps == nil ? 2.0 : 1.0
+            let sigmas = fix.speedMps != nil ? 1.0 : state.trend.confidentlyFasterThan(0.5) ? 2.0 : 3.0
             let minimum = max(profile.minSpacingM, sigmas * max(east.pp, north.pp).squareRoot())
             if spacing < minimum {
                 return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
@@ -252,6 +273,9 @@ public struct FilterCore: Sendable {
     /// When several outliers in a row agree with each other, the filter has
     /// lost the device (a real jump, a long tunnel): restart on them.
     private func recover(_ fix: FilterInput, x: Double, y: Double, accuracy: Double, state: inout DeviceFilterState) -> Verdict? {
+        // A position repeated to the centimetre is a cached fix re-reported
+        // (network locations do this), not a second witness.
+        if let previous = state.outlierRun.last, hypot(previous.x - x, previous.y - y) < 0.01 { return nil }
         state.outlierRun.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: accuracy))
         if state.outlierRun.count > profile.reinitializeAfter { state.outlierRun.removeFirst() }
         let run = state.outlierRun
@@ -279,16 +303,32 @@ public struct FilterCore: Sendable {
             break
         }
         guard state.stationaryAnchor == nil else { return }
-        // Doppler speed, when the fix has it, is the better witness of standing still.
-        // Doppler says "stopped" at once. Without it, the fixes' own trend must
-        // be confidently slow: under 1 m/s even after adding its uncertainty.
+        // Doppler speed, when the fix has it, is the better witness of standing
+        // still, once it has said so for two fixes and two seconds: a walker's
+        // Doppler dips below 0.5 m/s for single fixes. Without it, the fixes'
+        // own trend must be confidently slow: under 1 m/s even after adding
+        // its uncertainty.
         let slow: Bool
-        if let doppler = fix.speedMps {
-            slow = doppler < 0.5
+        if fix.speedMps != nil {
+            slow = state.standingRun.map { $0.count >= 2 && fix.timeMs - $0.sinceMs >= 2_000 } ?? false
         } else {
             slow = state.trend.confidentlySlowerThan(1.0)
         }
         if slow { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
+    }
+
+    /// Extends or ends the run of fixes whose Doppler says "standing".
+    private func noteDoppler(_ fix: FilterInput, state: inout DeviceFilterState) {
+        guard let speed = fix.speedMps, speed < Self.standingDopplerMps else {
+            state.standingRun = nil
+            return
+        }
+        if var run = state.standingRun {
+            run.count += 1
+            state.standingRun = run
+        } else {
+            state.standingRun = .init(count: 1, sinceMs: fix.timeMs)
+        }
     }
 
     /// Parks on the last emitted point when it is close, so the stop is one node.

@@ -60,6 +60,11 @@ public struct TrendWindows: Codable, Sendable, Equatable {
         for i in windows.indices { windows[i].add(x: x, y: y, sigma: sigma, timeMs: timeMs) }
     }
 
+    /// True when some window's speed, less one standard deviation, is over `limit`.
+    public func confidentlyFasterThan(_ limit: Double) -> Bool {
+        windows.contains { w in w.velocity.map { $0.speed - $0.sigma > limit } ?? false }
+    }
+
     /// True when some window's speed, plus one standard deviation, is under `limit`.
     public func confidentlySlowerThan(_ limit: Double) -> Bool {
         windows.contains { w in w.velocity.map { $0.speed + $0.sigma < limit } ?? false }
