@@ -27,7 +27,7 @@ enum Trace {
             let truth = truthSpeeds[i].map { String(format: " truth %.1f", $0) } ?? ""
             print(String(format: "%4d %7.1f acc %5.1f  %-18@ measured %8.1f limit %7.1f  est %.6f,%.6f ±%.0f v %.1f  odo %.0f",
                          i, f.t - t0, f.acc, v.decision.reason as NSString, v.decision.measured ?? .nan, v.decision.limit ?? .nan,
-                         e?.latitude ?? .nan, e?.longitude ?? .nan, e?.accuracyM ?? .nan, e?.speedMps ?? .nan, state.odometerM) + truth)
+                         e?.latitude ?? .nan, e?.longitude ?? .nan, e?.accuracyM ?? .nan, e?.speedMps ?? .nan, state.odometerM) + truth + "  trend " + state.trend.summary)
         }
     }
 }

@@ -86,6 +86,27 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     }
 }
 
+@Suite struct SavedStateTests {
+    @Test func anOlderVersionsStateRestartsTheFilterButKeepsTheOdometer() throws {
+        let fixes = inputs(try Fixtures.fixes("munich-drive.jsonl"))
+        let (_, state) = judgeAll(Array(fixes[0..<300]))
+        let current = DeviceFilterState.restored(from: JSONCoding.encode(state), using: JSONCoding.decoder)
+        #expect(!current.restarted && current.state == state)
+
+        // An older version's state: a field this version needs is missing.
+        var object = try #require(JSONSerialization.jsonObject(with: JSONCoding.encode(state)) as? [String: Any])
+        object["trend"] = nil
+        let old = DeviceFilterState.restored(from: try JSONSerialization.data(withJSONObject: object), using: JSONCoding.decoder)
+        #expect(old.restarted)
+        #expect(old.state.odometerM == state.odometerM && old.state.newestMs == state.newestMs)
+        var restarted = old.state
+        let next = FilterCore().judge(fixes[300], state: &restarted)
+        #expect(next.point?.odometerM == state.odometerM)  // first point after the restart: nothing added, nothing lost
+        let garbage = DeviceFilterState.restored(from: Data("not json".utf8), using: JSONCoding.decoder)
+        #expect(garbage.restarted && garbage.state == DeviceFilterState())
+    }
+}
+
 @Suite struct NoisyTruthTests {
     func score(seed: UInt64, dropSpeed: Bool) throws -> FilterScore {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")

@@ -78,8 +78,13 @@ final class FilterService: TrackerService, @unchecked Sendable {
         self.settings = settings
         self.store = try FilterStore(path: context.databasePath())
         self.core = FilterCore(profile: settings.profile)
-        rows = DeviceRows(load: { [store] in
-            try store.device($0) ?? FilterStore.DeviceRow(lastSeq: 0, state: DeviceFilterState())
+        rows = DeviceRows(load: { [store, logger = context.logger] device in
+            guard let row = try store.device(device) else { return FilterStore.DeviceRow(lastSeq: 0, state: DeviceFilterState()) }
+            if row.restarted {
+                logger.warning("saved filter state is from an older version; the filter restarts, odometer kept",
+                               ["device": device.rawValue])
+            }
+            return row
         }, save: { [store] in try store.save($0, $1) })
         try outbox.restore(from: store)
     }

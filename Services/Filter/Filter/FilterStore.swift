@@ -53,14 +53,16 @@ final class FilterStore: OutboxStore {
     struct DeviceRow {
         var lastSeq: Int64
         var state: DeviceFilterState
+        /// The saved filter state did not decode (an older version's) and restarted.
+        var restarted = false
     }
 
     func device(_ device: DeviceID) throws -> DeviceRow? {
         try db.first("SELECT lastSeq, state FROM devices WHERE device = ?", [.text(device.rawValue)]) {
             ($0.int64(0), $0.string(1))
         }.map { lastSeq, body in
-            DeviceRow(lastSeq: lastSeq,
-                      state: try JSONCoding.decoder.decode(DeviceFilterState.self, from: Data(body.utf8)))
+            let (state, restarted) = DeviceFilterState.restored(from: Data(body.utf8), using: JSONCoding.decoder)
+            return DeviceRow(lastSeq: lastSeq, state: state, restarted: restarted)
         }
     }
 

@@ -44,6 +44,28 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     }
 }
 
+extension DeviceFilterState {
+    /// What survives a state that no longer decodes (saved by an older
+    /// version whose filter kept other numbers).
+    private struct Carried: Decodable {
+        var newestMs: Int64?
+        var odometerM: Double?
+    }
+
+    /// Restores a saved state. One saved by an older version that no longer
+    /// decodes restarts the Kalman filter on the next fix but keeps the
+    /// odometer and the ordering, so the device's points stay continuous.
+    public static func restored(from data: Data, using decoder: JSONDecoder) -> (state: DeviceFilterState, restarted: Bool) {
+        if let state = try? decoder.decode(DeviceFilterState.self, from: data) { return (state, false) }
+        var state = DeviceFilterState()
+        if let carried = try? decoder.decode(Carried.self, from: data) {
+            state.newestMs = carried.newestMs
+            state.odometerM = carried.odometerM ?? 0
+        }
+        return (state, true)
+    }
+}
+
 /// A fix as the filter sees it.
 public struct FilterInput: Sendable, Equatable {
     public var seq: Int64
@@ -221,7 +243,7 @@ public struct FilterCore: Sendable {
         // significant at about 95 % (two standard deviations) to count.
         if let last = state.lastAccepted {
             let spacing = hypot(east.position - last.x, north.position - last.y)
-            let sigmas = fix.speedMps != nil ? 1.0 : state.trend.confidentlyFasterThan(0.5) ? 2.0 : 3.0
+            let sigmas = fix.speedMps == nil ? 2.0 : 1.0
             let minimum = max(profile.minSpacingM, sigmas * max(east.pp, north.pp).squareRoot())
             if spacing < minimum {
                 return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
