@@ -37,6 +37,22 @@ enum Quality {
                 print("mtv \(label)\(dropSpeed ? " without speed" : ""): \(score)")
             }
         }
+        // Sparse fixes, as from phones saving battery: every 5th and every 15th
+        // second. The yardstick is the truth sampled the same way.
+        for every in [5, 15] {
+            for dropSpeed in [false, true] {
+                let noisy = NoiseGenerator(seed: 1).apply(to: truth).enumerated()
+                    .filter { $0.offset % every == 0 }
+                    .map { _, s -> NoisySample in
+                        var s = s
+                        if dropSpeed { s.fix.speed = nil; s.fix.course = nil }
+                        return s
+                    }
+                let sampledTruth = truth.enumerated().filter { $0.offset % every == 0 }.map { (lat: $0.element.lat, lon: $0.element.lon) }
+                let score = FilterScore.score(core: core, fixes: noisy.map(Self.input), truthPath: sampledTruth)
+                print("mtv every \(every) s\(dropSpeed ? " without speed" : ""): \(score)")
+            }
+        }
         // The real recordings: no truth, but known distances and real jumps.
         for name in ["city-run.jsonl", "munich-drive.jsonl", "posmo-train.jsonl", "pixel6-walk.jsonl"] {
             let fixes = try Fixtures.fixes(name)
@@ -53,17 +69,13 @@ enum Quality {
                   + reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
         }
         if let dumpSeed = ProcessInfo.processInfo.environment["DUMP_SEED"].flatMap(UInt64.init) {
-            // The noisy fixes as a recording (truth speed in `truthSpeed`), for `tracker-bench trace`.
             let noSpeed = ProcessInfo.processInfo.environment["NOSPEED"] != nil
-            let speedAt = Dictionary(truth.map { ($0.timeMs, $0.speed ?? 0) }, uniquingKeysWith: { a, _ in a })
-            var out = ""
-            for var s in NoiseGenerator(seed: dumpSeed).apply(to: truth) {
+            let samples = NoiseGenerator(seed: dumpSeed).apply(to: truth).map { s -> NoisySample in
+                var s = s
                 if noSpeed { s.fix.speed = nil; s.fix.course = nil }
-                var line = String(decoding: JSONCoding.encode(s.fix), as: UTF8.self)
-                line.removeLast()
-                out += line + String(format: ",\"truthSpeed\":%.1f,\"jump\":%@}\n", speedAt[s.fix.timeMs] ?? 0, s.isJump ? "true" : "false")
+                return s
             }
-            try out.write(toFile: "/tmp/mtv-seed\(dumpSeed)\(noSpeed ? "-nospeed" : "").jsonl", atomically: true, encoding: .utf8)
+            try dump(samples, truth: truth, to: "/tmp/mtv-seed\(dumpSeed)\(noSpeed ? "-nospeed" : "").jsonl")
         }
         if let debugSeed = ProcessInfo.processInfo.environment["DEBUG_SEED"].flatMap(UInt64.init) {
             var state = DeviceFilterState()
@@ -118,6 +130,18 @@ enum Quality {
             }
         }
         print(String(format: "parked 8 h without speed: odometer %.1f m", state.odometerM))
+    }
+
+    /// Noisy fixes as a recording with the truth's speed (`truthSpeed`) and `jump`, for `tracker-bench trace`.
+    static func dump(_ samples: [NoisySample], truth: [DeviceFix], to path: String) throws {
+        let speedAt = Dictionary(truth.map { ($0.timeMs, $0.speed ?? 0) }, uniquingKeysWith: { a, _ in a })
+        var out = ""
+        for s in samples {
+            var line = String(decoding: JSONCoding.encode(s.fix), as: UTF8.self)
+            line.removeLast()
+            out += line + String(format: ",\"truthSpeed\":%.1f,\"jump\":%@}\n", speedAt[s.fix.timeMs] ?? 0, s.isJump ? "true" : "false")
+        }
+        try out.write(toFile: path, atomically: true, encoding: .utf8)
     }
 
     static func input(_ s: NoisySample) -> (fix: FilterInput, truthLat: Double, truthLon: Double, isJump: Bool) {

@@ -15,6 +15,8 @@ case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
 case "relay" where arguments.count == 2:
     try await Relay.serve(port: Int32(arguments[1])!)
+case "sweep":
+    try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
 case "trace" where arguments.count == 2:
     try Trace.run(path: arguments[1])
 case "store":
@@ -38,5 +40,5 @@ case "all", "gateway", "filter":
         try Quality.run(seeds: [1, 2, 3, 4, 5])
     }
 default:
-    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | trace FILE")
+    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | trace FILE")
 }

@@ -54,7 +54,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
 
     @Test func invalidAndInaccurateFixes() {
         var nullIsland = fix(2, dtMs: 1_000); nullIsland.latitude = 0; nullIsland.longitude = 0
-        var vague = fix(3, dtMs: 2_000); vague.accuracyM = 500
+        var vague = fix(3, dtMs: 2_000, north: 5); vague.accuracyM = 500
         let (verdicts, _) = judgeAll([fix(1, dtMs: 0), nullIsland, vague])
         #expect(verdicts.map(\.decision.reason) == ["accepted", "invalid_fix", "accuracy_too_low"])
         #expect(verdicts[2].decision.measured == 500 && verdicts[2].decision.limit == 100)
@@ -63,7 +63,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
 
     @Test func everyReasonIsSnakeCaseAndStable() {
         #expect(RejectReason.allCases.map(\.rawValue) == [
-            "invalid_fix", "duplicate", "out_of_order", "stale", "accuracy_too_low", "implied_speed",
+            "invalid_fix", "duplicate", "out_of_order", "stale", "repeated_position", "accuracy_too_low", "implied_speed",
             "innovation_outlier", "stationary_drift", "min_spacing",
         ])
     }
@@ -132,14 +132,30 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         #expect(score.rmseRatio <= 0.6, "\(score)")
     }
 
-    /// Without speed or course the filter must still work; these bounds guard today's level.
+    /// Without speed or course the filter must still work; these bounds guard
+    /// today's level. (Jump rejection gave up a point and a half so that a real
+    /// drive without Doppler keeps its turns: see `aRealDriveWithoutDopplerKeepsItsTurns`.)
     @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
     func staysUsefulWithoutDoppler(seed: UInt64) throws {
         let score = try score(seed: seed, dropSpeed: true)
         #expect(abs(score.lengthError) <= 0.12, "\(score)")
-        #expect(score.jumpRejection >= 0.98, "\(score)")
+        #expect(score.jumpRejection >= 0.965, "\(score)")
         #expect(score.cleanOutlierRate <= 0.02, "\(score)")
         #expect(score.rmseRatio <= 0.85, "\(score)")
+    }
+
+    /// Phones saving battery send a fix every few seconds; the targets still hold.
+    @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
+    func meetsTheTargetsWithAFixEveryFiveSeconds(seed: UInt64) throws {
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let sparse = NoiseGenerator(seed: seed).apply(to: truth).enumerated().filter { $0.offset % 5 == 0 }.map(\.element)
+        let score = FilterScore.score(
+            core: FilterCore(),
+            fixes: sparse.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
+            truthPath: truth.enumerated().filter { $0.offset % 5 == 0 }.map { ($0.element.lat, $0.element.lon) })
+        #expect(abs(score.lengthError) <= 0.03, "\(score)")
+        #expect(score.cleanOutlierRate <= 0.02, "\(score)")
+        #expect(score.rmseRatio <= 0.6, "\(score)")
     }
 
     @Test func eightHoursParkedBarelyMoveTheOdometer() {
@@ -188,7 +204,8 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     }
 
     /// The posmo train recording has this: a position re-reported unchanged
-    /// for minutes while the train moves on.
+    /// for minutes while the train moves on. Ten such fixes must not look
+    /// like ten witnesses that the device jumped.
     @Test func aRepeatedCachedPositionIsNotAWitness() {
         var fixes = walk(seconds: 60)
         for i in 20..<30 {
@@ -197,7 +214,9 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
             fixes[i].speedMps = nil
         }
         let (verdicts, state) = judgeAll(fixes)
-        #expect(verdicts[20..<30].allSatisfy { $0.rejection?.isOutlier == true })
+        #expect(verdicts[20].rejection?.isOutlier == true)
+        #expect(verdicts[21..<30].allSatisfy { $0.rejection == .repeatedPosition })
+        #expect(verdicts[30...].allSatisfy { $0.rejection?.isOutlier != true })
         #expect(state.odometerM < 100, "odometer \(state.odometerM)")
     }
 
@@ -210,5 +229,21 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
             #expect(verdicts[i].rejection != .stationaryDrift, "fix \(i)")
         }
         #expect((580...720).contains(state.odometerM), "odometer \(state.odometerM)")
+    }
+}
+
+@Suite struct RealDriveTests {
+    /// The Munich drive has no Doppler, nominal accuracy, tight turns, and the
+    /// source's frozen positions: a fix repeated for twenty seconds while the
+    /// car drives on, then a jump to where it really is.
+    @Test func aRealDriveWithoutDopplerKeepsItsTurns() throws {
+        let fixes = inputs(try Fixtures.fixes("munich-drive.jsonl"))
+        let (verdicts, state) = judgeAll(fixes)
+        let outliers = verdicts.filter { $0.rejection?.isOutlier == true }.count
+        #expect(Double(outliers) <= 0.01 * Double(fixes.count), "\(outliers) outliers")
+        #expect((13_400...14_000).contains(state.odometerM), "odometer \(state.odometerM)")
+        for i in 1..<fixes.count where fixes[i].latitude == fixes[i - 1].latitude && fixes[i].longitude == fixes[i - 1].longitude {
+            #expect(verdicts[i].rejection == .repeatedPosition, "fix \(i)")
+        }
     }
 }

@@ -27,6 +27,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     /// The current run of fixes whose Doppler speed says "standing still".
     /// Optional so that state saved before it existed still decodes.
     public var standingRun: StandingRun?
+    /// The previous fix's latitude and longitude, to spot a cached fix re-reported.
+    public var previousPosition: [Double]?
 
     public init() {}
 
@@ -111,6 +113,8 @@ public struct FilterCore: Sendable {
     static let standingDopplerMps = 0.5
     /// Doppler speeds from this up say "moving", even at a slow walk.
     static let walkingDopplerMps = 0.7
+    /// Process noise for fixes without Doppler, as a multiple of the profile's.
+    static let noDopplerQFactor = 1.5
 
     public init(profile: FilterProfile = .named(.balanced)) { self.profile = profile }
 
@@ -131,6 +135,15 @@ public struct FilterCore: Sendable {
         }
         state.newestMs = fix.timeMs
         noteDoppler(fix, state: &state)
+        // 3b. A position identical to the previous fix's, at a later time, is
+        // the receiver re-reporting a cached fix (no signal; phones and
+        // network locations do this for minutes while the device moves on).
+        // It says nothing about where the device is now.
+        let position = [fix.latitude, fix.longitude]
+        defer { state.previousPosition = position }
+        if state.previousPosition == position {
+            return reject(fix, .repeatedPosition, state: state)
+        }
         let accuracy = fix.accuracyM == 0 ? Self.unknownAccuracyM : fix.accuracyM
         // 4. Accuracy ceiling.
         if accuracy > profile.accuracyCeilingM {
@@ -163,7 +176,7 @@ public struct FilterCore: Sendable {
 
         // Parked: fixes around the anchor are drift. They keep the filter
         // current but never move the point. Leaving takes two fixes in a row
-        // that say so: Doppler speed of a slow walk or more (or a position
+        // (one, when they come seconds apart) that say so: Doppler speed of a slow walk or more (or a position
         // beyond four times the radius), or, without Doppler, a position
         // beyond twice the radius while the trend is confidently moving.
         if let anchor = state.stationaryAnchor {
@@ -179,7 +192,10 @@ public struct FilterCore: Sendable {
                 leaving = fromAnchor > 2 * radius && state.trend.confidentlyFasterThan(0.5)
             }
             state.leavingCount = leaving ? state.leavingCount + 1 : 0
-            if state.leavingCount < 2 {
+            // Fixes seconds apart (a phone saving battery) cannot wait for a
+            // second witness: by then the device is far down the road.
+            let needed = fix.timeMs - state.filterTimeMs >= 3_000 ? 1 : 2
+            if state.leavingCount < needed {
                 if !leaving || fromAnchor <= 2 * radius { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
                 return reject(fix, .stationaryDrift, state: state, measured: fromAnchor, limit: radius)
             }
@@ -196,13 +212,14 @@ public struct FilterCore: Sendable {
 
         // 6. Kalman innovation.
         let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
-        var east = state.east!, north = state.north!
-        let q = state.externalMotion == .stationary ? profile.stationaryQ : profile.movingQ
-        east.predict(dt: dt, q: q)
-        north.predict(dt: dt, q: q)
-        let (ye, se) = east.innovation(x, r: r)
-        let (yn, sn) = north.innovation(y, r: r)
-        let mahalanobis = (ye * ye / se + yn * yn / sn).squareRoot()
+        // White acceleration noise suits fixes a second apart; over longer
+        // gaps real vehicles hold an acceleration (a turn, braking) and the
+        // position spreads like dt⁴, not dt³: grow the noise with the gap.
+        // Without Doppler nothing else tells the filter of a turn, so it
+        // must follow the positions more closely.
+        let q = state.externalMotion == .stationary ? profile.stationaryQ
+            : profile.movingQ * max(1, dt) * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
+        var (east, north, mahalanobis) = predicted(state, dt: dt, q: q, x: x, y: y, r: r)
         if mahalanobis > profile.innovationGate {
             if let recovered = recover(fix, x: x, y: y, accuracy: accuracy, state: &state) { return recovered }
             return reject(fix, .innovationOutlier, state: state, measured: mahalanobis, limit: profile.innovationGate)
@@ -221,6 +238,13 @@ public struct FilterCore: Sendable {
                 east.update(velocity: speed * sin(radians), r: rv)
                 north.update(velocity: speed * cos(radians), r: rv)
             }
+        }
+        // No device outruns the profile's top speed: a velocity beyond it
+        // came from a wrong fix that slipped through after a long silence.
+        let speed = hypot(east.velocity, north.velocity)
+        if speed > maxSpeed(state) {
+            east.velocity *= maxSpeed(state) / speed
+            north.velocity *= maxSpeed(state) / speed
         }
         state.east = east
         state.north = north
@@ -272,6 +296,18 @@ public struct FilterCore: Sendable {
         return accept(fix, state: &state)
     }
 
+    /// The filter moved `dt` ahead under process noise `q`, and the fix's
+    /// statistical distance from it.
+    private func predicted(_ state: DeviceFilterState, dt: Double, q: Double, x: Double, y: Double, r: Double)
+        -> (east: AxisFilter, north: AxisFilter, mahalanobis: Double) {
+        var east = state.east!, north = state.north!
+        east.predict(dt: dt, q: q)
+        north.predict(dt: dt, q: q)
+        let (ye, se) = east.innovation(x, r: r)
+        let (yn, sn) = north.innovation(y, r: r)
+        return (east, north, (ye * ye / se + yn * yn / sn).squareRoot())
+    }
+
     /// A parked fix updates the (nearly still) filter unless it is an outlier.
     private func absorbDrift(_ fix: FilterInput, x: Double, y: Double, r: Double, state: inout DeviceFilterState) {
         guard var east = state.east, var north = state.north else { return }
@@ -302,7 +338,7 @@ public struct FilterCore: Sendable {
         if state.outlierRun.count > profile.reinitializeAfter { state.outlierRun.removeFirst() }
         let run = state.outlierRun
         guard run.count >= profile.reinitializeAfter,
-              run[run.count - 1].timeMs - run[0].timeMs >= 4_000 else { return nil }
+              run[run.count - 1].timeMs - run[0].timeMs >= 6_000 else { return nil }
         let consistent = zip(run, run.dropFirst()).allSatisfy { a, b in
             let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
             return max(0, hypot(b.x - a.x, b.y - a.y) - a.accuracyM - b.accuracyM) / dt <= maxSpeed(state)

@@ -53,6 +53,8 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     case outOfOrder = "out_of_order"
     /// Older than the newest judged fix by more than the stale limit.
     case stale
+    /// Exactly the previous fix's position at a later time: a cached fix re-reported.
+    case repeatedPosition = "repeated_position"
     /// Reported accuracy worse than the profile's ceiling.
     case accuracyTooLow = "accuracy_too_low"
     /// Reaching it from the last accepted point needs an implausible speed.
