@@ -27,8 +27,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     /// The current run of fixes whose Doppler speed says "standing still".
     /// Optional so that state saved before it existed still decodes.
     public var standingRun: StandingRun?
-    /// The previous fix's latitude and longitude, to spot a cached fix re-reported.
-    public var previousPosition: [Double]?
+    /// The previous fix's position, to spot a cached fix re-reported.
+    public var previousPosition: Position?
 
     public init() {}
 
@@ -40,6 +40,9 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     }
     public struct OutlierFix: Codable, Sendable, Equatable {
         public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
+    }
+    public struct Position: Codable, Sendable, Equatable {
+        public var latitude: Double, longitude: Double
     }
     public struct StandingRun: Codable, Sendable, Equatable {
         public var count: Int, sinceMs: Int64
@@ -139,7 +142,7 @@ public struct FilterCore: Sendable {
         // the receiver re-reporting a cached fix (no signal; phones and
         // network locations do this for minutes while the device moves on).
         // It says nothing about where the device is now.
-        let position = [fix.latitude, fix.longitude]
+        let position = DeviceFilterState.Position(latitude: fix.latitude, longitude: fix.longitude)
         defer { state.previousPosition = position }
         if state.previousPosition == position {
             return reject(fix, .repeatedPosition, state: state)
