@@ -60,6 +60,29 @@ enum Throughput {
         return try await pump(broker, sink, payloads, leaf: "raw", count: count)
     }
 
+    /// The same, with devices sending their fixes `batch` at a time as JSON
+    /// arrays (as the contract allows and phones do after buffering): one
+    /// broker hop in for every `batch` out. Returns fixes per second.
+    static func gatewayBatched(_ broker: TestBroker, count: Int, batch: Int) async throws -> Double {
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
+                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5])
+        try gateway.start()
+        defer { gateway.stop() }
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
+        try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
+        let devices = 8
+        let messages = count / batch
+        let payloads = (0..<messages).map { m in
+            let fixes = (0..<batch).map { k -> String in
+                let t: Double = 1_700_000_000.0 + Double((m / devices) * batch + k)
+                let lat: Double = 48.1 + Double(m * batch + k) * 1e-6
+                return String(format: fixTemplate, t, lat, 11.5)
+            }
+            return (topic: "tracker/batch\(m % devices)/fixes", payload: Array(("[" + fixes.joined(separator: ",") + "]").utf8))
+        }
+        return try await pump(broker, sink, payloads, leaf: "raw", count: messages * batch)
+    }
+
     /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
     static func filter(_ broker: TestBroker, count: Int) async throws -> Double {
         let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
