@@ -52,6 +52,28 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         #expect(verdicts.map(\.decision.reason) == ["accepted", "accepted", "duplicate", "out_of_order", "stale", "accepted"])
     }
 
+    /// One fix stamped five minutes ahead of its arrival (a phone's clock
+    /// that ran ahead, then was corrected) must not make the next five
+    /// minutes of honest fixes `stale`. A replay, whose fixes arrive long
+    /// after their stamps, keeps the plain ordering rule.
+    @Test func aClockThatRanAheadDoesNotSilenceTheDevice() {
+        func honest(_ seq: Int64, second: Int64) -> FilterInput {
+            var f = fix(seq, dtMs: second * 1_000, north: Double(second) * 10)
+            f.receivedMs = f.timeMs + 300
+            return f
+        }
+        var ahead = honest(4, second: 3)
+        ahead.timeMs += 5 * 60_000
+        let fixes = [honest(1, second: 0), honest(2, second: 1), honest(3, second: 2), ahead,
+                     honest(5, second: 4), honest(6, second: 5), honest(7, second: 6)]
+        let (verdicts, state) = judgeAll(fixes)
+        #expect(verdicts[4...].allSatisfy { $0.rejection == nil || $0.rejection == .minSpacing }, "\(verdicts.map(\.decision.reason))")
+        #expect(state.newestMs == fixes[6].timeMs)
+
+        let replayed = fixes.map { f -> FilterInput in var f = f; f.receivedMs = nil; return f }
+        #expect(judgeAll(replayed).verdicts[4...].allSatisfy { $0.rejection == .stale })
+    }
+
     @Test func invalidAndInaccurateFixes() {
         var nullIsland = fix(2, dtMs: 1_000); nullIsland.latitude = 0; nullIsland.longitude = 0
         var vague = fix(3, dtMs: 2_000, north: 5); vague.accuracyM = 500

@@ -11,6 +11,9 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var filterTimeMs: Int64 = 0
     /// Newest fix time judged (ms), for ordering.
     public var newestMs: Int64?
+    /// When the newest fix reached the gateway (ms), if known: a fix stamped
+    /// well after it arrived came from a clock running ahead.
+    public var newestReceivedMs: Int64?
     /// The last accepted (emitted) point, in the local frame.
     public var lastAccepted: AcceptedPoint?
     public var odometerM: Double = 0
@@ -81,16 +84,20 @@ public struct FilterInput: Sendable, Equatable {
     public var accuracyM: Double
     public var speedMps: Double?
     public var courseDeg: Double?
+    /// When the fix reached the gateway (ms), if known.
+    public var receivedMs: Int64?
 
     public init(seq: Int64, sessionID: String?, timeMs: Int64, latitude: Double, longitude: Double,
-                accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil) {
+                accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil, receivedMs: Int64? = nil) {
         self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs; self.latitude = latitude
         self.longitude = longitude; self.accuracyM = accuracyM; self.speedMps = speedMps; self.courseDeg = courseDeg
+        self.receivedMs = receivedMs
     }
 
     public init(_ raw: RawFix) {
         self.init(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, latitude: raw.latitude,
-                  longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps, courseDeg: raw.courseDeg)
+                  longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps, courseDeg: raw.courseDeg,
+                  receivedMs: raw.receivedMs > 0 ? raw.receivedMs : nil)
     }
 }
 
@@ -116,6 +123,8 @@ public struct FilterCore: Sendable {
     static let standingDopplerMps = 0.5
     /// Doppler speeds from this up say "moving", even at a slow walk.
     static let walkingDopplerMps = 0.7
+    /// How far a fix's stamp may differ from its arrival before its clock counts as wrong.
+    static let clockToleranceMs: Int64 = 60_000
     /// Process noise for fixes without Doppler, as a multiple of the profile's.
     static let noDopplerQFactor = 1.5
 
@@ -128,6 +137,17 @@ public struct FilterCore: Sendable {
             return reject(fix, .invalidFix, state: state)
         }
         // 2. Duplicate and 3. ordering / staleness, against the newest judged time.
+        if clockRanAhead(fix, state: state) {
+            // The newest fix was stamped over a minute after it arrived, and
+            // this one, behind it, agrees with its own arrival: the old
+            // timeline was a wrong clock, not movement. Start a new one (the
+            // odometer stays), or every fix until the clock catches up is stale.
+            state.newestMs = nil
+            state.east = nil
+            state.north = nil
+            state.stationaryAnchor = nil
+            state.outlierRun.removeAll()
+        }
         if let newest = state.newestMs {
             if fix.timeMs == newest { return reject(fix, .duplicate, state: state) }
             if fix.timeMs < newest {
@@ -137,6 +157,7 @@ public struct FilterCore: Sendable {
             }
         }
         state.newestMs = fix.timeMs
+        state.newestReceivedMs = fix.receivedMs
         noteDoppler(fix, state: &state)
         // 3b. A position identical to the previous fix's, at a later time, is
         // the receiver re-reporting a cached fix (no signal; phones and
@@ -376,6 +397,12 @@ public struct FilterCore: Sendable {
             slow = state.trend.confidentlySlowerThan(1.0)
         }
         if slow { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
+    }
+
+    private func clockRanAhead(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
+        guard let newest = state.newestMs, fix.timeMs < newest, let newestReceived = state.newestReceivedMs,
+              let received = fix.receivedMs else { return false }
+        return newest - newestReceived > Self.clockToleranceMs && abs(fix.timeMs - received) <= Self.clockToleranceMs
     }
 
     /// Extends or ends the run of fixes whose Doppler says "standing".
