@@ -200,9 +200,10 @@ public struct FilterCore: Sendable {
 
         // Parked: fixes around the anchor are drift. They keep the filter
         // current but never move the point. Leaving takes two fixes in a row
-        // (one, when they come seconds apart) that say so: Doppler speed of a slow walk or more (or a position
-        // beyond four times the radius), or, without Doppler, a position
-        // beyond twice the radius while the trend is confidently moving.
+        // (one, when they come seconds apart) that say so: Doppler speed of a
+        // slow walk or more, or a position beyond four times the radius; or,
+        // without Doppler, one beyond twice the radius while the trend is
+        // confidently moving.
         if let anchor = state.stationaryAnchor {
             let fromAnchor = hypot(x - anchor.x, y - anchor.y)
             let radius = max(profile.stationaryRadiusM, accuracy)
@@ -279,10 +280,14 @@ public struct FilterCore: Sendable {
         // 7. Stationary drift suppression.
         let estimatedSpeed = hypot(east.velocity, north.velocity)
         updateStationary(&state, speed: estimatedSpeed, fix: fix, x: east.position, y: north.position)
-        if state.stationaryAnchor != nil || state.standingRun != nil {
-            // Just parked, or Doppler says standing (not yet for long enough
-            // to park): this fix is part of a stop, not a move.
-            return reject(fix, .stationaryDrift, state: state, measured: fix.speedMps ?? 0, limit: Self.standingDopplerMps)
+        if state.stationaryAnchor != nil {
+            // Just parked: this fix is part of the stop, not a move.
+            return reject(fix, .stationaryDrift, state: state, measured: 0, limit: profile.stationaryRadiusM)
+        }
+        if let doppler = fix.speedMps, state.standingRun != nil {
+            // Doppler says standing, not yet for long enough to park (a
+            // walker's single dip): the point waits, nothing is parked.
+            return reject(fix, .stationaryDrift, state: state, measured: doppler, limit: Self.standingDopplerMps)
         }
 
         // 8. Minimum spacing: a step shorter than the estimate's own
