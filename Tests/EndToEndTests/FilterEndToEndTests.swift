@@ -53,6 +53,15 @@ import Testing
         #expect(judged.result?.arrayValue?.map { $0["seq"]?.int64Value } == [1, 2, 3, 4, 5])
         let bad = try await TestClient.command(publisher, device: "run1", "getDecisions", args: .object(["limit": .string("all")]))
         #expect(bad.ok == false && bad.code == "badInput")
+
+        // Once the broker has acknowledged every point, health says nothing is pending.
+        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/filter"])
+        try await health.wait(description: "filter health with nothing pending") { all in
+            all.contains { m in
+                (try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload))).map { $0.processed >= 30 && $0.queueDepth == 0 } ?? false
+            }
+        }
+        await health.close()
     }
 
     @Test func diagnosticsFollowTheirSwitchesAndRetention() async throws {

@@ -223,6 +223,8 @@ final class FilterService: TrackerService, @unchecked Sendable {
         } catch {
             context.logger.error("periodic save failed", ["error": "\(error)"])
         }
+        // Acknowledgements keep arriving after the last fix: health reports what is still pending now.
+        context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
     func close() { tick() }
