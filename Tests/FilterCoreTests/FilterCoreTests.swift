@@ -269,3 +269,27 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         }
     }
 }
+
+@Suite struct TrendWindowTests {
+    @Test func aStraightLineGivesItsSpeedExactly() throws {
+        var window = TrendWindow(tau: 15)
+        for i in 0..<30 { window.add(x: 3 * Double(i), y: 4 * Double(i), sigma: 10, timeMs: Int64(i) * 1_000) }
+        let v = try #require(window.velocity)
+        #expect(abs(v.speed - 5) < 1e-9)
+        #expect(v.sigma > 0)
+    }
+
+    /// Precise fixes while driving, then poor ones while stopped: the poor
+    /// ones must not be outvoted by the precise ones before them.
+    @Test func poorFixesDuringAStopAreNotOutvotedByPreciseOnesBefore() {
+        var windows = TrendWindows()
+        var rng = SeededRandom(seed: 3)
+        for i in 0..<60 { windows.add(x: 10 * Double(i), y: 0, sigma: 2, timeMs: Int64(i) * 1_000) }
+        var slowAfter: Int?
+        for i in 60..<180 {
+            windows.add(x: 600 + 35 * rng.gaussian(), y: 35 * rng.gaussian(), sigma: 35, timeMs: Int64(i) * 1_000)
+            if slowAfter == nil, windows.confidentlySlowerThan(1.0) { slowAfter = i - 60 }
+        }
+        #expect(slowAfter.map { $0 <= 60 } == true, "confidently slow after \(slowAfter.map(String.init) ?? "never") s")
+    }
+}
