@@ -46,30 +46,18 @@ enum Throughput {
 
     /// Fixes published on `tracker/{d}/fixes` until the same number came out on `raw`.
     static func gateway(_ broker: TestBroker, count: Int) async throws -> Double {
-        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5])
-        try gateway.start()
-        defer { gateway.stop() }
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
-        try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
         let devices = 8
         let payloads = (0..<count).map { i in
             (topic: "tracker/bench\(i % devices)/fixes",
              payload: Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i / devices), 48.1 + Double(i) * 1e-6, 11.5).utf8))
         }
-        return try await pump(broker, sink, payloads, leaf: "raw", count: count)
+        return try await throughGateway(broker, payloads, fixes: count)
     }
 
     /// The same, with devices sending their fixes `batch` at a time as JSON
     /// arrays (as the contract allows and phones do after buffering): one
     /// broker hop in for every `batch` out. Returns fixes per second.
     static func gatewayBatched(_ broker: TestBroker, count: Int, batch: Int) async throws -> Double {
-        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5])
-        try gateway.start()
-        defer { gateway.stop() }
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
-        try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
         let devices = 8
         let messages = count / batch
         let payloads = (0..<messages).map { m in
@@ -80,7 +68,19 @@ enum Throughput {
             }
             return (topic: "tracker/batch\(m % devices)/fixes", payload: Array(("[" + fixes.joined(separator: ",") + "]").utf8))
         }
-        return try await pump(broker, sink, payloads, leaf: "raw", count: messages * batch)
+        return try await throughGateway(broker, payloads, fixes: messages * batch)
+    }
+
+    /// A fresh gateway, the payloads through it, and the rate until `fixes` came out on `raw`.
+    private static func throughGateway(_ broker: TestBroker, _ payloads: [(topic: String, payload: [UInt8])],
+                                       fixes: Int) async throws -> Double {
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
+                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5])
+        try gateway.start()
+        defer { gateway.stop() }
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
+        try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
+        return try await pump(broker, sink, payloads, leaf: "raw", count: fixes)
     }
 
     /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
