@@ -5,51 +5,33 @@ import TestSupport
 
 /// `tracker-bench sweep [seeds]`: every noise variant over many seeds, one
 /// summary line each (mean and worst), for judging a filter change by more
-/// than one draw of the noise.
+/// than one draw of the noise. `SWEEP_DETAIL=<variant>` prints that
+/// variant's seeds; `SWEEP_DUMP=<seed>` also writes that seed as a recording
+/// for `tracker-bench trace`.
 enum Sweep {
-    struct Variant {
-        var name: String
-        var correlation = 0.3
-        var jumps = 0.02
-        var every = 1
-        var speed = true
-    }
-
-    static let variants: [Variant] = [false, true].flatMap { speed -> [Variant] in
-        let suffix = speed ? "" : " no speed"
+    static let variants: [NoiseVariant] = [false, true].flatMap { withSpeed -> [NoiseVariant] in
+        let suffix = withSpeed ? "" : " no speed"
         return [
-            Variant(name: "default" + suffix, speed: speed),
-            Variant(name: "white" + suffix, correlation: 0, speed: speed),
-            Variant(name: "ρ 0.8" + suffix, correlation: 0.8, speed: speed),
-            Variant(name: "5 % jumps" + suffix, jumps: 0.05, speed: speed),
-            Variant(name: "every 5 s" + suffix, every: 5, speed: speed),
-            Variant(name: "every 15 s" + suffix, every: 15, speed: speed),
+            NoiseVariant("default" + suffix, withSpeed: withSpeed),
+            NoiseVariant("white" + suffix, correlation: 0, withSpeed: withSpeed),
+            NoiseVariant("ρ 0.8" + suffix, correlation: 0.8, withSpeed: withSpeed),
+            NoiseVariant("5 % jumps" + suffix, jumpProbability: 0.05, withSpeed: withSpeed),
+            NoiseVariant("every 5 s" + suffix, every: 5, withSpeed: withSpeed),
+            NoiseVariant("every 15 s" + suffix, every: 15, withSpeed: withSpeed),
         ]
     }
 
     static func run(seeds: Int) throws {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let core = FilterCore()
+        let environment = ProcessInfo.processInfo.environment
         for variant in variants {
-            let sampledTruth = truth.enumerated().filter { $0.offset % variant.every == 0 }.map { (lat: $0.element.lat, lon: $0.element.lon) }
             var scores: [FilterScore] = []
-            for seed in 1...UInt64(seeds) {
-                var generator = NoiseGenerator(seed: seed * 7919)
-                generator.correlation = variant.correlation
-                generator.jumpProbability = variant.jumps
-                let noisy = generator.apply(to: truth).enumerated()
-                    .filter { $0.offset % variant.every == 0 }
-                    .map { _, s -> NoisySample in
-                        var s = s
-                        if !variant.speed { s.fix.speed = nil; s.fix.course = nil }
-                        return s
-                    }
-                let score = FilterScore.score(core: core, fixes: noisy.map(Quality.input), truthPath: sampledTruth)
-                if ProcessInfo.processInfo.environment["SWEEP_DETAIL"] == variant.name {
-                    print("  seed \(seed * 7919): \(score)")
-                    if ProcessInfo.processInfo.environment["SWEEP_DUMP"] == "\(seed * 7919)" {
-                        try Quality.dump(noisy, truth: truth, to: "/tmp/sweep-\(seed * 7919).jsonl")
-                    }
+            for seed in (1...UInt64(seeds)).map({ $0 * 7919 }) {
+                let (samples, truthPath) = variant.apply(to: truth, seed: seed)
+                let score = Quality.score(samples, truthPath: truthPath)
+                if environment["SWEEP_DETAIL"] == variant.name {
+                    print("  seed \(seed): \(score)")
+                    if environment["SWEEP_DUMP"] == "\(seed)" { try Quality.dump(samples, truth: truth, to: "/tmp/sweep-\(seed).jsonl") }
                 }
                 scores.append(score)
             }

@@ -109,10 +109,7 @@ enum Throughput {
     /// FilterCore alone on one core: judgments per second over the noisy drive.
     static func filterCore(iterations: Int) throws -> Double {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let noisy = NoiseGenerator(seed: 1).apply(to: truth).enumerated().map { i, s in
-            FilterInput(seq: Int64(i + 1), sessionID: nil, timeMs: s.fix.timeMs, latitude: s.fix.lat, longitude: s.fix.lon,
-                        accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
-        }
+        let noisy = NoiseGenerator(seed: 1).apply(to: truth).enumerated().map { i, s in FilterInput(s.fix, seq: Int64(i + 1)) }
         let core = FilterCore()
         var accepted = 0
         let start = ContinuousClock.now

@@ -12,7 +12,7 @@ enum Trace {
         let url = path.contains("/") ? URL(fileURLWithPath: path) : Fixtures.url(path)
         let lines = try String(contentsOf: url, encoding: .utf8).split(separator: "\n")
         let fixes = try lines.map { try JSONDecoder().decode(DeviceFix.self, from: Data($0.utf8)) }
-        // Recordings made by `quality` with DUMP_SEED carry the truth's speed.
+        // Recordings written by `sweep` (SWEEP_DUMP) carry the truth's speed.
         let truthSpeeds = lines.map { line in
             (try? JSONDecoder().decode(TruthSpeed.self, from: Data(line.utf8)))?.truthSpeed
         }
@@ -20,9 +20,7 @@ enum Trace {
         var state = DeviceFilterState()
         guard let t0 = fixes.first?.t else { return }
         for (i, f) in fixes.enumerated() {
-            let v = core.judge(FilterInput(seq: Int64(i + 1), sessionID: nil, timeMs: f.timeMs, latitude: f.lat, longitude: f.lon,
-                                           accuracyM: f.acc, speedMps: f.speed.flatMap { $0 < 0 ? nil : $0 },
-                                           courseDeg: f.course.flatMap { $0 < 0 ? nil : $0 }), state: &state)
+            let v = core.judge(FilterInput(f, seq: Int64(i + 1)), state: &state)
             let e = v.decision.estimate
             let truth = truthSpeeds[i].map { String(format: " truth %.1f", $0) } ?? ""
             print(String(format: "%4d %7.1f acc %5.1f  %-18@ measured %8.1f limit %7.1f  est %.6f,%.6f ±%.0f v %.1f  odo %.0f",

@@ -120,3 +120,36 @@ public struct NoiseGenerator: Sendable {
         return samples
     }
 }
+
+/// One way of degrading the truth for scoring: the generator's noise with
+/// its own correlation and jump rate, with or without Doppler speed and
+/// course, and one fix in `every` (phones saving battery).
+public struct NoiseVariant: Sendable {
+    public var name: String
+    public var correlation = 0.3
+    public var jumpProbability = 0.02
+    public var every = 1
+    public var withSpeed = true
+
+    public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true) {
+        self.name = name
+        self.correlation = correlation
+        self.jumpProbability = jumpProbability
+        self.every = every
+        self.withSpeed = withSpeed
+    }
+
+    /// The noisy fixes for `seed`, and the yardstick: the truth sampled the same way.
+    public func apply(to truth: [DeviceFix], seed: UInt64) -> (samples: [NoisySample], truthPath: [(lat: Double, lon: Double)]) {
+        var generator = NoiseGenerator(seed: seed)
+        generator.correlation = correlation
+        generator.jumpProbability = jumpProbability
+        let samples = generator.apply(to: truth).enumerated().filter { $0.offset % every == 0 }.map { _, sample in
+            var sample = sample
+            if !withSpeed { sample.fix.speed = nil; sample.fix.course = nil }
+            return sample
+        }
+        let truthPath = truth.enumerated().filter { $0.offset % every == 0 }.map { (lat: $0.element.lat, lon: $0.element.lon) }
+        return (samples, truthPath)
+    }
+}

@@ -5,10 +5,7 @@ import TestSupport
 import Testing
 
 func inputs(_ fixes: [DeviceFix]) -> [FilterInput] {
-    fixes.enumerated().map { i, f in
-        FilterInput(seq: Int64(i + 1), sessionID: "s", timeMs: f.timeMs, latitude: f.lat, longitude: f.lon,
-                    accuracyM: f.acc, speedMps: f.speed.flatMap { $0 < 0 ? nil : $0 }, courseDeg: f.course.flatMap { $0 < 0 ? nil : $0 })
-    }
+    fixes.enumerated().map { i, f in FilterInput(f, seq: Int64(i + 1), sessionID: "s") }
 }
 
 func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdicts: [Verdict], state: DeviceFilterState) {
@@ -130,17 +127,11 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
 }
 
 @Suite struct NoisyTruthTests {
-    func score(seed: UInt64, dropSpeed: Bool) throws -> FilterScore {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let noisy = NoiseGenerator(seed: seed).apply(to: truth).map { s -> NoisySample in
-            var s = s
-            if dropSpeed { s.fix.speed = nil; s.fix.course = nil }
-            return s
-        }
-        return FilterScore.score(
-            core: FilterCore(),
-            fixes: noisy.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-            truthPath: truth.map { ($0.lat, $0.lon) })
+    func score(seed: UInt64, dropSpeed: Bool, every: Int = 1) throws -> FilterScore {
+        let variant = NoiseVariant("test", every: every, withSpeed: !dropSpeed)
+        let (samples, truthPath) = variant.apply(to: try Fixtures.fixes("mtv-drive-truth.jsonl"), seed: seed)
+        return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
+                                 truthPath: truthPath)
     }
 
     /// The targets, on phone-like noise (fixes carry Doppler speed and course).
@@ -169,12 +160,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     /// Phones saving battery send a fix every few seconds; the targets still hold.
     @Test(arguments: [1, 2, 3, 4, 5] as [UInt64])
     func meetsTheTargetsWithAFixEveryFiveSeconds(seed: UInt64) throws {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let sparse = NoiseGenerator(seed: seed).apply(to: truth).enumerated().filter { $0.offset % 5 == 0 }.map(\.element)
-        let score = FilterScore.score(
-            core: FilterCore(),
-            fixes: sparse.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-            truthPath: truth.enumerated().filter { $0.offset % 5 == 0 }.map { ($0.element.lat, $0.element.lon) })
+        let score = try score(seed: seed, dropSpeed: false, every: 5)
         #expect(abs(score.lengthError) <= 0.03, "\(score)")
         #expect(score.cleanOutlierRate <= 0.02, "\(score)")
         #expect(score.rmseRatio <= 0.6, "\(score)")

@@ -94,6 +94,14 @@ public struct FilterInput: Sendable, Equatable {
         self.receivedMs = receivedMs
     }
 
+    /// A fix in the device format (a recording's line), with the platforms'
+    /// negative "unknown" speed and course made absent as the gateway does.
+    public init(_ fix: DeviceFix, seq: Int64, sessionID: String? = nil) {
+        self.init(seq: seq, sessionID: sessionID, timeMs: fix.timeMs, latitude: fix.lat, longitude: fix.lon,
+                  accuracyM: fix.acc, speedMps: fix.speed.flatMap { $0 < 0 ? nil : $0 },
+                  courseDeg: fix.course.flatMap { $0 < 0 ? nil : $0 })
+    }
+
     public init(_ raw: RawFix) {
         self.init(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, latitude: raw.latitude,
                   longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps, courseDeg: raw.courseDeg,
@@ -278,8 +286,7 @@ public struct FilterCore: Sendable {
         state.trend.add(x: x, y: y, sigma: sigma, timeMs: fix.timeMs)
 
         // 7. Stationary drift suppression.
-        let estimatedSpeed = hypot(east.velocity, north.velocity)
-        updateStationary(&state, speed: estimatedSpeed, fix: fix, x: east.position, y: north.position)
+        updateStationary(&state, fix: fix, x: east.position, y: north.position)
         if state.stationaryAnchor != nil {
             // Just parked: this fix is part of the stop, not a move.
             return reject(fix, .stationaryDrift, state: state, measured: 0, limit: profile.stationaryRadiusM)
@@ -378,7 +385,7 @@ public struct FilterCore: Sendable {
         return initialize(fix, accuracy: accuracy, state: &state)
     }
 
-    private func updateStationary(_ state: inout DeviceFilterState, speed: Double, fix: FilterInput, x: Double, y: Double) {
+    private func updateStationary(_ state: inout DeviceFilterState, fix: FilterInput, x: Double, y: Double) {
         switch state.externalMotion {
         case .stationary?:
             if state.stationaryAnchor == nil { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
