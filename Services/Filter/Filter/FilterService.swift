@@ -164,7 +164,6 @@ final class FilterService: TrackerService, @unchecked Sendable {
         } else if shouldPublishRejection(device) {
             context.publish(Event(device: device, timeMs: raw.timeMs, .locationRejected(verdict.decision)))
         }
-        context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
     static func describe(_ error: any Error) -> String {

@@ -158,7 +158,6 @@ final class GatewayService: TrackerService, @unchecked Sendable {
             context.publish(Event(device: device, timeMs: nowMs, .diagnostic(
                 code: "duplicateFix", message: "dropped \(duplicates.count) fix(es) already received with the same t: \(list)")))
         }
-        context.counters.queueDepth(Int64(outbox.pendingCount))
     }
 
     private func publishSessionEffect(_ effect: SessionEffect, nowMs: Int64) {
