@@ -367,9 +367,6 @@ public struct FilterCore: Sendable {
     /// When several outliers in a row agree with each other, the filter has
     /// lost the device (a real jump, a long tunnel): restart on them.
     private func recover(_ fix: FilterInput, x: Double, y: Double, accuracy: Double, state: inout DeviceFilterState) -> Verdict? {
-        // A position repeated to the centimetre is a cached fix re-reported
-        // (network locations do this), not a second witness.
-        if let previous = state.outlierRun.last, hypot(previous.x - x, previous.y - y) < 0.01 { return nil }
         state.outlierRun.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: accuracy))
         if state.outlierRun.count > profile.reinitializeAfter { state.outlierRun.removeFirst() }
         let run = state.outlierRun
