@@ -1,15 +1,15 @@
 import Foundation
 import Model
 
-/// The shared recordings (`../shared/fixtures` beside the checkout, or `TRACKER_FIXTURES`).
+/// The project's recordings (`Fixtures/` at the package root, or `TRACKER_FIXTURES`).
 public enum Fixtures {
     public static var directory: URL {
         if let override = ProcessInfo.processInfo.environment["TRACKER_FIXTURES"] {
             return URL(fileURLWithPath: override)
         }
-        // Shared/TestSupport/Fixtures.swift → the package root → ../shared/fixtures
+        // Shared/TestSupport/Fixtures.swift → the package root → Fixtures
         return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("shared/fixtures")
+            .deletingLastPathComponent().appendingPathComponent("Fixtures")
     }
 
     public static func url(_ name: String) -> URL { directory.appendingPathComponent(name) }
