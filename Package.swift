@@ -21,11 +21,12 @@ let package = Package(
 
         // Shared modules.
         .target(name: "Model", path: "Shared/Model", swiftSettings: strict),
-        .target(name: "Bus", dependencies: ["CMosquitto"], path: "Shared/Bus", swiftSettings: strict),
+        .target(name: "Logging", path: "Shared/Logging", swiftSettings: strict),
+        .target(name: "Bus", dependencies: ["CMosquitto", "Logging"], path: "Shared/Bus", swiftSettings: strict),
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
-        .target(name: "Runtime", dependencies: ["Model", "Bus", "Store"], path: "Shared/Runtime",
+        .target(name: "Runtime", dependencies: ["Model", "Logging", "Bus", "Store"], path: "Shared/Runtime",
                 swiftSettings: strict),
-        .target(name: "TestSupport", dependencies: ["Model", "Bus"], path: "Shared/TestSupport",
+        .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime"], path: "Shared/TestSupport",
                 swiftSettings: strict),
 
         // Services: a pure core and the executable that wires it.
@@ -44,7 +45,7 @@ let package = Package(
 
         // Tests.
         .testTarget(name: "ModelTests", dependencies: ["Model", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "RuntimeTests", dependencies: ["Runtime"], swiftSettings: strict),
+        .testTarget(name: "RuntimeTests", dependencies: ["Runtime", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "StoreTests", dependencies: ["Store"], swiftSettings: strict),
         .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"],
                     swiftSettings: strict),

@@ -1,6 +1,7 @@
 import CMosquitto
 import Dispatch
 import Foundation
+import Logging
 import Synchronization
 
 /// An MQTT 5 client over libmosquitto's own network thread.
@@ -11,6 +12,14 @@ import Synchronization
 /// returns, so a handler that commits before returning never acknowledges a
 /// message it has not stored. A service that needs that guarantee does its
 /// work in the handler; others can use `messages()` for an async sequence.
+///
+/// Outgoing QoS 1 messages are never forgotten: libmosquitto keeps every
+/// unacknowledged one across a dropped connection (and one published while
+/// disconnected) and sends it again after reconnecting, so an acknowledgement
+/// closure waits for the broker's PUBACK, however many reconnects that takes.
+/// Closures are keyed by libmosquitto's 16-bit message id, so at most
+/// `maxOutstanding` messages are handed to the library at once; the rest wait
+/// here, in order, and an id is never reused while its closure waits.
 public final class MQTTClient: @unchecked Sendable {
     // @unchecked: `mosq` is used under libmosquitto's own locking, and all of
     // our mutable state lives in `state`, a Mutex.
@@ -21,14 +30,18 @@ public final class MQTTClient: @unchecked Sendable {
     private let mosq: OpaquePointer
     private let state = Mutex(State())
     private let loop: NetworkLoop
+    private let logger: Logger?
 
     private struct State {
         var connected = false
         var loopStarted = false
         var closing = false
-        var beforeAcknowledging: (@Sendable () -> Void)?
-        var connectWaiter: CheckedContinuation<Void, any Error>?
+        var beforeAcknowledging: (@Sendable () -> Bool)?
+        var connectWaiters: [Int: CheckedContinuation<Void, any Error>] = [:]
+        var nextWaiterID = 0
         var acks: [Int32: Acknowledgement] = [:]
+        /// Waiting for room below `maxOutstanding`, oldest first.
+        var backlog = Backlog()
         var subscribeWaiters: [Int32: (filters: [String], continuation: CheckedContinuation<Void, any Error>)] = [:]
         var subscriptions: [(filter: String, qos: QoS)] = []
         var handler: Handler?
@@ -41,6 +54,7 @@ public final class MQTTClient: @unchecked Sendable {
     public init(_ options: MQTTOptions) throws {
         MQTTLibrary.initialize()
         self.options = options
+        self.logger = options.logger
         guard let mosq = mosquitto_new(options.clientID, options.cleanStart, nil) else {
             throw MQTTError.library(operation: "new", code: -1, message: "mosquitto_new failed for client id \(options.clientID)")
         }
@@ -60,7 +74,6 @@ public final class MQTTClient: @unchecked Sendable {
             try check("set receive maximum", mosquitto_int_option(mosq, MOSQ_OPT_RECEIVE_MAXIMUM, options.inFlightWindow))
             try check("set send maximum", mosquitto_int_option(mosq, MOSQ_OPT_SEND_MAXIMUM, options.inFlightWindow))
         }
-        mosquitto_reconnect_delay_set(mosq, 1, 10, true)
         if let username = options.username {
             try check("set credentials", mosquitto_username_pw_set(mosq, username, options.password))
         }
@@ -75,7 +88,9 @@ public final class MQTTClient: @unchecked Sendable {
         mosquitto_publish_v5_callback_set(mosq, onPublishCallback)
         mosquitto_subscribe_v5_callback_set(mosq, onSubscribeCallback)
         mosquitto_message_v5_callback_set(mosq, onMessageCallback)
-        loop.setBeforeAcknowledging { [weak self] in self?.state.withLock { $0.beforeAcknowledging }?() }
+        loop.setBeforeAcknowledging { [weak self] in self?.state.withLock { $0.beforeAcknowledging }?() ?? true }
+        loop.setConnector { [weak self] in self?.connectOnce() ?? MOSQ_ERR_INVAL.rawValue }
+        loop.logger = options.logger
     }
 
     deinit {
@@ -102,9 +117,17 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// Called on the network thread after each batch of incoming messages has
     /// been handed to the handler and before their acknowledgements are
-    /// written: commit the batch here.
-    public func setBeforeAcknowledging(_ hook: @escaping @Sendable () -> Void) {
+    /// written: commit the batch here. Returning false withholds the batch's
+    /// acknowledgements: the connection is dropped and made again, and the
+    /// broker redelivers every message of the batch.
+    public func setBeforeAcknowledging(_ hook: @escaping @Sendable () -> Bool) {
         state.withLock { $0.beforeAcknowledging = hook }
+    }
+
+    /// Runs `body` on the network thread every `interval` while connected,
+    /// just before the pass's `beforeAcknowledging` hook.
+    public func setPeriodic(every interval: Duration, _ body: @escaping @Sendable () -> Void) {
+        loop.setPeriodic(every: Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18, body)
     }
 
     /// Messages as an async sequence. Installs the handler, so use one or the other.
@@ -118,32 +141,49 @@ public final class MQTTClient: @unchecked Sendable {
 
     // MARK: Connection
 
-    /// Connects and waits for the broker's CONNACK. After this the client
-    /// reconnects by itself (1 s … 10 s backoff) and re-subscribes.
+    /// Starts the network thread, which owns connecting: it connects, and
+    /// after any drop reconnects by itself (1 s … 10 s backoff) and
+    /// re-subscribes. Waits for the broker's CONNACK; a failed attempt (no
+    /// broker, refused credentials) or `timeout` throws, while the thread
+    /// keeps trying, so calling this again simply waits for the next attempt.
     public func connect(timeout: Duration = .seconds(10)) async throws {
-        var props: OpaquePointer? = nil
-        defer { mosquitto_property_free_all(&props) }
-        if options.protocolVersion == .v5, options.sessionExpirySec > 0 {
-            try check("session expiry", mosquitto_property_add_int32(&props, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), options.sessionExpirySec))
-        }
-        let rc = mosquitto_connect_bind_v5(mosq, options.host, options.port, options.keepAliveSec, nil, props)
-        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
-            throw MQTTError.library(operation: "connect to \(options.host):\(options.port)", code: rc, message: Self.describe(rc))
-        }
+        let id = state.withLock { s in defer { s.nextWaiterID += 1 }; return s.nextWaiterID }
         let timer = deadline(timeout) { [weak self] in
-            self?.state.withLock { s -> CheckedContinuation<Void, any Error>? in
-                defer { s.connectWaiter = nil }; return s.connectWaiter
-            }?.resume(throwing: MQTTError.timedOut(operation: "connect"))
+            self?.state.withLock { $0.connectWaiters.removeValue(forKey: id) }?
+                .resume(throwing: MQTTError.timedOut(operation: "connect"))
         }
         defer { timer.cancel() }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let start = state.withLock { s -> Bool in
-                s.connectWaiter = continuation
+            let (alreadyConnected, start) = state.withLock { s -> (Bool, Bool) in
+                if s.connected { return (true, false) }
+                s.connectWaiters[id] = continuation
                 defer { s.loopStarted = true }
-                return !s.loopStarted
+                return (false, !s.loopStarted)
             }
-            if start { loop.start(name: "mqtt-\(options.clientID)") } else { loop.wake() }
+            if alreadyConnected { continuation.resume(); return }
+            if start { loop.start(name: "mqtt-\(options.clientID)") }
         }
+    }
+
+    /// One connection attempt, on the network thread (the loop's first
+    /// attempt; later ones are `mosquitto_reconnect`, which keeps these
+    /// settings and properties).
+    private func connectOnce() -> Int32 {
+        var props: OpaquePointer? = nil
+        defer { mosquitto_property_free_all(&props) }
+        if options.protocolVersion == .v5, options.sessionExpirySec > 0 {
+            _ = mosquitto_property_add_int32(&props, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), options.sessionExpirySec)
+        }
+        let rc = mosquitto_connect_bind_v5(mosq, options.host, options.port, options.keepAliveSec, nil, props)
+        if rc != MOSQ_ERR_SUCCESS.rawValue { connectAttemptFailed(rc) }
+        return rc
+    }
+
+    /// Called by the loop when an attempt fails before any CONNACK.
+    fileprivate func connectAttemptFailed(_ rc: Int32) {
+        let error = MQTTError.library(operation: "connect to \(options.host):\(options.port)", code: rc, message: Self.describe(rc))
+        let waiters = state.withLock { s in defer { s.connectWaiters = [:] }; return s.connectWaiters }
+        waiters.values.forEach { $0.resume(throwing: error) }
     }
 
     /// Waits until every QoS 1 message already handed to us is acknowledged
@@ -153,10 +193,11 @@ public final class MQTTClient: @unchecked Sendable {
         state.withLock { $0.closing = true }
         mosquitto_disconnect_v5(mosq, 0, nil)
         loop.stop(timeout: 5)
-        failAllWaiters(.connectionLost(operation: "disconnect"))
+        failAllWaiters(.connectionLost(operation: "disconnect"), includingAcknowledgements: true)
     }
 
-    /// Waits until no QoS 1 publish is awaiting its acknowledgement.
+    /// Waits until no QoS 1 publish is awaiting its acknowledgement, across
+    /// reconnects, or until `timeout`.
     public func drain(timeout: Duration = .seconds(10)) async {
         let timer = deadline(timeout) { [weak self] in
             let waiters: [CheckedContinuation<Void, Never>] =
@@ -166,7 +207,7 @@ public final class MQTTClient: @unchecked Sendable {
         defer { timer.cancel() }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let done = state.withLock { s -> Bool in
-                if s.acks.isEmpty || !s.connected { return true }
+                if s.acks.isEmpty && s.backlog.isEmpty { return true }
                 s.drainWaiters.append(continuation)
                 return false
             }
@@ -174,44 +215,87 @@ public final class MQTTClient: @unchecked Sendable {
         }
     }
 
-    /// Number of QoS 1 publishes not yet acknowledged.
-    public var inFlight: Int { state.withLock { $0.acks.count } }
+    /// Number of QoS 1 publishes not yet acknowledged (handed to the
+    /// library or waiting for room).
+    public var inFlight: Int { state.withLock { $0.acks.count + $0.backlog.count } }
+
+    /// At most this many QoS 1 messages are handed to libmosquitto at once,
+    /// well below its 65,535 message ids.
+    public static let maxOutstanding = 16_384
 
     // MARK: Publish
 
     /// Queues a message. With `acknowledged`, that closure runs (on the
-    /// network thread) when the broker acknowledges it or the connection drops.
+    /// network thread) once the broker acknowledges it — after any number of
+    /// reconnects — or when the client is closed for good. QoS 1 messages go
+    /// out in the order they were published. Throws only for a message the
+    /// library refuses outright (bad topic, too large), or for QoS 0 while
+    /// disconnected.
     public func publish(_ message: MQTTMessage, acknowledged: Acknowledgement? = nil) throws {
+        if message.qos == .atMostOnce {
+            let rc = state.withLock { _ in send(message) }
+            try check(publishing: message, rc)
+            if !loop.isLoopThread { loop.wake() }
+            acknowledged?(.success(()))
+            return
+        }
+        let ack = acknowledged ?? { _ in }
+        let rc: Int32 = state.withLock { s in
+            // Behind a backlog, wait in line: order matters to consumers that skip old seqs.
+            guard s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
+                s.backlog.append(message, ack)
+                return MOSQ_ERR_SUCCESS.rawValue
+            }
+            return send(message, registering: ack, in: &s)
+        }
+        try check(publishing: message, rc)
+        if !loop.isLoopThread { loop.wake() }
+    }
+
+    /// Hands one message to libmosquitto; the caller holds the state lock,
+    /// so the PUBACK callback cannot run before the closure is registered.
+    /// A QoS 1 message published while disconnected is queued by the library
+    /// (which answers NO_CONN) and sent after the reconnect: that is success.
+    private func send(_ message: MQTTMessage, registering ack: Acknowledgement? = nil, in s: inout State) -> Int32 {
+        var mid: Int32 = 0
+        let rc = send(message, mid: &mid)
+        let queued = rc == MOSQ_ERR_SUCCESS.rawValue || (rc == MOSQ_ERR_NO_CONN.rawValue && message.qos == .atLeastOnce)
+        guard queued else { return rc }
+        if message.qos == .atLeastOnce, let ack {
+            if s.acks[mid] != nil { logger?.error("message id reused while its acknowledgement waits", ["mid": "\(mid)"]) }
+            s.acks[mid] = ack
+        }
+        return MOSQ_ERR_SUCCESS.rawValue
+    }
+
+    private func send(_ message: MQTTMessage) -> Int32 {
+        var mid: Int32 = 0
+        return send(message, mid: &mid)
+    }
+
+    private func send(_ message: MQTTMessage, mid: inout Int32) -> Int32 {
         var props: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&props) }
         if let responseTopic = message.responseTopic {
-            try check("set response topic", mosquitto_property_add_string(&props, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), responseTopic))
+            let rc = mosquitto_property_add_string(&props, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), responseTopic)
+            if rc != MOSQ_ERR_SUCCESS.rawValue { return rc }
         }
         if let correlation = message.correlationData {
             let rc = correlation.withUnsafeBytes {
                 mosquitto_property_add_binary(&props, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), $0.baseAddress, UInt16($0.count))
             }
-            try check("set correlation data", rc)
+            if rc != MOSQ_ERR_SUCCESS.rawValue { return rc }
         }
-        // Hold the lock across the C call so the acknowledgement callback
-        // cannot run before its closure is registered.
-        let rc: Int32 = state.withLock { s in
-            var mid: Int32 = 0
-            let rc = message.payload.withUnsafeBytes {
-                mosquitto_publish_v5(mosq, &mid, message.topic, Int32($0.count), $0.baseAddress,
-                                     message.qos.rawValue, message.retain, props)
-            }
-            if rc == MOSQ_ERR_SUCCESS.rawValue, message.qos == .atLeastOnce {
-                s.acks[mid] = acknowledged ?? { _ in }
-            }
-            return rc
+        return message.payload.withUnsafeBytes {
+            mosquitto_publish_v5(mosq, &mid, message.topic, Int32($0.count), $0.baseAddress,
+                                 message.qos.rawValue, message.retain, props)
         }
-        if rc == MOSQ_ERR_SUCCESS.rawValue, !loop.isLoopThread { loop.wake() }
-        if rc == MOSQ_ERR_SUCCESS.rawValue, message.qos == .atMostOnce { acknowledged?(.success(())) }
-        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
-            if rc == MOSQ_ERR_NO_CONN.rawValue { throw MQTTError.notConnected(operation: "publish to \(message.topic)") }
-            throw MQTTError.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))
-        }
+    }
+
+    private func check(publishing message: MQTTMessage, _ rc: Int32) throws {
+        guard rc != MOSQ_ERR_SUCCESS.rawValue else { return }
+        if rc == MOSQ_ERR_NO_CONN.rawValue { throw MQTTError.notConnected(operation: "publish to \(message.topic)") }
+        throw MQTTError.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))
     }
 
     /// Publishes and waits for the broker's acknowledgement (QoS 1) or the send (QoS 0).
@@ -242,19 +326,22 @@ public final class MQTTClient: @unchecked Sendable {
                 s.subscriptions.append((filter, qos))
             }
         }
+        // The timer fails this subscribe only, found by its message id.
+        let mid = Mutex<Int32?>(nil)
         let timer = deadline(timeout) { [weak self] in
-            let waiters: [CheckedContinuation<Void, any Error>] = self?.state.withLock { s in
-                defer { s.subscribeWaiters = [:] }
-                return s.subscribeWaiters.values.map(\.continuation)
-            } ?? []
-            waiters.forEach { $0.resume(throwing: MQTTError.timedOut(operation: "subscribe")) }
+            guard let id = mid.withLock({ $0 }) else { return }
+            self?.state.withLock { $0.subscribeWaiters.removeValue(forKey: id) }?
+                .continuation.resume(throwing: MQTTError.timedOut(operation: "subscribe"))
         }
         defer { timer.cancel() }
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             let rc = state.withLock { s -> Int32 in
-                var mid: Int32 = 0
-                let rc = subscribeMultiple(filters, qos: qos, mid: &mid)
-                if rc == MOSQ_ERR_SUCCESS.rawValue { s.subscribeWaiters[mid] = (filters, continuation) }
+                var id: Int32 = 0
+                let rc = subscribeMultiple(filters, qos: qos, mid: &id)
+                if rc == MOSQ_ERR_SUCCESS.rawValue {
+                    s.subscribeWaiters[id] = (filters, continuation)
+                    mid.withLock { $0 = id }
+                }
                 return rc
             }
             loop.wake()
@@ -303,15 +390,18 @@ public final class MQTTClient: @unchecked Sendable {
     // MARK: Callbacks (network thread)
 
     fileprivate func handleConnect(rc: Int32) {
-        let (waiter, subscriptions, hook, count) = state.withLock { s in
-            defer { s.connectWaiter = nil }
+        let (waiters, subscriptions, hook, count) = state.withLock { s in
+            defer { s.connectWaiters = [:] }
             if rc == 0 { s.connected = true; s.connectCount += 1 }
-            return (s.connectWaiter, s.subscriptions, s.onConnect, s.connectCount)
+            return (s.connectWaiters, s.subscriptions, s.onConnect, s.connectCount)
         }
         guard rc == 0 else {
-            waiter?.resume(throwing: MQTTError.refused(code: rc, reason: String(cString: mosquitto_reason_string(rc))))
+            let reason = String(cString: mosquitto_reason_string(rc))
+            logger?.warning("broker refused the connection", ["reason": reason, "code": "\(rc)"])
+            waiters.values.forEach { $0.resume(throwing: MQTTError.refused(code: rc, reason: reason)) }
             return
         }
+        if count > 1 { logger?.info("reconnected to broker", ["broker": "\(options.host):\(options.port)"]) }
         // Re-subscribe on every connect; the broker may have lost the session.
         for qos in [QoS.atMostOnce, .atLeastOnce] {
             let filters = subscriptions.filter { $0.qos == qos }.map(\.filter)
@@ -319,22 +409,36 @@ public final class MQTTClient: @unchecked Sendable {
             if !filters.isEmpty { _ = subscribeMultiple(filters, qos: qos, mid: &mid) }
         }
         hook?(count > 1)
-        waiter?.resume()
+        waiters.values.forEach { $0.resume() }
     }
 
     fileprivate func handleDisconnect(rc: Int32) {
-        if ProcessInfo.processInfo.environment["MQTT_DEBUG"] != nil {
-            FileHandle.standardError.write(Data("disconnect rc=\(rc) \(Self.describe(rc)) errno=\(errno)\n".utf8))
+        let (wasConnected, closing, pending) = state.withLock { s in
+            defer { s.connected = false }
+            return (s.connected, s.closing, s.acks.count + s.backlog.count)
         }
-        state.withLock { $0.connected = false }
-        failAllWaiters(.connectionLost(operation: "in-flight operation"))
+        if wasConnected, !closing {
+            logger?.warning("connection to broker lost; reconnecting",
+                            ["reason": Self.describe(rc), "code": "\(rc)", "unacknowledged": "\(pending)"])
+        }
+        // Subscribes and requests in flight are lost with the connection;
+        // publishes are not (see the type's doc), so their closures keep waiting.
+        failAllWaiters(.connectionLost(operation: "in-flight operation"), includingAcknowledgements: false)
     }
 
     fileprivate func handlePublished(mid: Int32, reasonCode: Int32) {
         let (ack, drained) = state.withLock { s in
             let ack = s.acks.removeValue(forKey: mid)
+            // Room again: hand the next waiting messages to the library, in order.
+            while s.acks.count < Self.maxOutstanding, let (message, next) = s.backlog.first {
+                let rc = send(message, registering: next, in: &s)
+                s.backlog.removeFirst()
+                if rc != MOSQ_ERR_SUCCESS.rawValue {
+                    next(.failure(.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))))
+                }
+            }
             var drained: [CheckedContinuation<Void, Never>] = []
-            if s.acks.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
+            if s.acks.isEmpty && s.backlog.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
             return (ack, drained)
         }
         if reasonCode >= 0x80 {
@@ -363,14 +467,20 @@ public final class MQTTClient: @unchecked Sendable {
         handler?(message)
     }
 
-    private func failAllWaiters(_ error: MQTTError) {
+    private func failAllWaiters(_ error: MQTTError, includingAcknowledgements: Bool) {
         let (acks, subs, requests, drains) = state.withLock { s in
-            defer { s.acks = [:]; s.subscribeWaiters = [:]; s.requests = [:]; s.drainWaiters = [] }
-            return (s.acks, s.subscribeWaiters, s.requests, s.drainWaiters)
+            var acks: [Acknowledgement] = []
+            var drains: [CheckedContinuation<Void, Never>] = []
+            if includingAcknowledgements {
+                acks = Array(s.acks.values) + s.backlog.drain()
+                s.acks = [:]
+                drains = s.drainWaiters
+                s.drainWaiters = []
+            }
+            defer { s.subscribeWaiters = [:]; s.requests = [:] }
+            return (acks, s.subscribeWaiters, s.requests, drains)
         }
-        // Unacknowledged QoS 1 publishes stay in libmosquitto's session and
-        // are resent on reconnect; their waiters learn the connection dropped.
-        acks.values.forEach { $0(.failure(error)) }
+        acks.forEach { $0(.failure(error)) }
         subs.values.forEach { $0.continuation.resume(throwing: error) }
         requests.values.forEach { $0.resume(throwing: error) }
         drains.forEach { $0.resume() }
@@ -398,6 +508,30 @@ public final class MQTTClient: @unchecked Sendable {
 
     fileprivate static func from(_ userdata: UnsafeMutableRawPointer?) -> MQTTClient? {
         userdata.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }
+    }
+}
+
+/// QoS 1 messages waiting for room below `maxOutstanding`: a FIFO with O(1)
+/// removal at the front.
+struct Backlog {
+    private var items: [(MQTTMessage, MQTTClient.Acknowledgement)] = []
+    private var head = 0
+
+    var isEmpty: Bool { head == items.count }
+    var count: Int { items.count - head }
+    var first: (MQTTMessage, MQTTClient.Acknowledgement)? { isEmpty ? nil : items[head] }
+
+    mutating func append(_ message: MQTTMessage, _ ack: @escaping MQTTClient.Acknowledgement) { items.append((message, ack)) }
+
+    mutating func removeFirst() {
+        head += 1
+        // Compact once the consumed prefix dominates, so memory follows the backlog.
+        if head > 1_024, head * 2 > items.count { items.removeFirst(head); head = 0 }
+    }
+
+    mutating func drain() -> [MQTTClient.Acknowledgement] {
+        defer { items = []; head = 0 }
+        return items[head...].map(\.1)
     }
 }
 

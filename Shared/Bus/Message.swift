@@ -53,6 +53,8 @@ public enum MQTTError: Error, CustomStringConvertible, Sendable, Equatable {
     }
 }
 
+import Logging
+
 /// How to reach the broker and what session to keep there.
 public struct MQTTOptions: Sendable {
     public enum ProtocolVersion: Int32, Sendable { case v311 = 4, v5 = 5 }
@@ -72,13 +74,17 @@ public struct MQTTOptions: Sendable {
     public var protocolVersion: ProtocolVersion
     /// Unacknowledged QoS 1 messages allowed each way (v5 receive/send maximum).
     public var inFlightWindow: Int32 = 1_000
+    /// Where the client logs connection loss, reconnects and refusals (nil: quiet).
+    public var logger: Logger?
 
     public init(host: String = "127.0.0.1", port: Int32 = 1883, clientID: String, cleanStart: Bool = true,
                 sessionExpirySec: UInt32 = 0, keepAliveSec: Int32 = 30, username: String? = nil,
-                password: String? = nil, will: MQTTMessage? = nil, protocolVersion: ProtocolVersion = .v5) {
+                password: String? = nil, will: MQTTMessage? = nil, protocolVersion: ProtocolVersion = .v5,
+                logger: Logger? = nil) {
         self.host = host; self.port = port; self.clientID = clientID; self.cleanStart = cleanStart
         self.sessionExpirySec = sessionExpirySec; self.keepAliveSec = keepAliveSec
         self.username = username; self.password = password; self.will = will
         self.protocolVersion = protocolVersion
+        self.logger = logger
     }
 }

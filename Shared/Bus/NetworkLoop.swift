@@ -1,5 +1,6 @@
 import CMosquitto
 import Foundation
+import Logging
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -14,6 +15,9 @@ import Glibc
 /// whole batch of messages in one transaction and still never acknowledge a
 /// message it has not stored. Under load the batches grow by themselves; when
 /// idle each message is its own batch.
+///
+/// The loop is the one owner of the connection: it makes the first attempt
+/// and every reconnect, so no other thread ever drives the handle's socket.
 final class NetworkLoop: @unchecked Sendable {
     // @unchecked: `mosq` is guarded by libmosquitto's own mutexes; our fields
     // are immutable or Mutex/atomic-protected.
@@ -23,7 +27,11 @@ final class NetworkLoop: @unchecked Sendable {
     private let stopping = Mutex(false)
     private let finished = DispatchSemaphore(value: 0)
     private let threadID = Mutex<pthread_t?>(nil)
-    private let hook = Mutex<(@Sendable () -> Void)?>(nil)
+    private let hook = Mutex<(@Sendable () -> Bool)?>(nil)
+    private let connector = Mutex<(@Sendable () -> Int32)?>(nil)
+    private let periodic = Mutex<(interval: Double, body: @Sendable () -> Void)?>(nil)
+    /// Set once, before `start`.
+    nonisolated(unsafe) var logger: Logger?
 
     init(mosq: OpaquePointer) throws {
         self.mosq = mosq
@@ -49,8 +57,22 @@ final class NetworkLoop: @unchecked Sendable {
     private let started = Mutex(false)
 
     /// Called between reading and writing on every pass (see the type's doc).
-    func setBeforeAcknowledging(_ body: @escaping @Sendable () -> Void) {
+    /// Returning false withholds what the pass read from acknowledgement.
+    func setBeforeAcknowledging(_ body: @escaping @Sendable () -> Bool) {
         hook.withLock { $0 = body }
+    }
+
+    /// Called on the loop's thread every `interval` seconds while connected,
+    /// before that pass's commit hook: periodic work shares the thread (and
+    /// the batch) of the messages, so it needs no lock.
+    func setPeriodic(every interval: Double, _ body: @escaping @Sendable () -> Void) {
+        periodic.withLock { $0 = (interval, body) }
+    }
+
+    /// The first connection attempt (it sets host, port and properties;
+    /// later attempts are `mosquitto_reconnect`).
+    func setConnector(_ body: @escaping @Sendable () -> Int32) {
+        connector.withLock { $0 = body }
     }
 
     func start(name: String) {
@@ -87,15 +109,26 @@ final class NetworkLoop: @unchecked Sendable {
         threadID.withLock { $0 = pthread_self() }
         defer { finished.signal() }
         var reconnectAttempt = 0
+        var everAttempted = false
+        var pollFailures = 0
+        var nextTick = DispatchTime.now()
         while true {
             let socket = mosquitto_socket(mosq)
             if socket < 0 {
                 if isStopping { return }
-                // Connection lost: reconnect with backoff (1 s … 10 s), interruptible by stop().
-                reconnectAttempt += 1
-                waitForWake(milliseconds: Int32(min(10, reconnectAttempt) * 1_000))
-                if isStopping { return }
-                if mosquitto_reconnect(mosq) == MOSQ_ERR_SUCCESS.rawValue { reconnectAttempt = 0 }
+                if everAttempted {
+                    // Connection lost: reconnect with backoff (1 s … 10 s), interruptible by stop().
+                    reconnectAttempt += 1
+                    waitForWake(milliseconds: Int32(min(10, reconnectAttempt) * 1_000))
+                    if isStopping { return }
+                }
+                let rc = everAttempted ? mosquitto_reconnect(mosq) : (connector.withLock { $0 }?() ?? MOSQ_ERR_INVAL.rawValue)
+                everAttempted = true
+                if rc == MOSQ_ERR_SUCCESS.rawValue {
+                    reconnectAttempt = 0
+                } else if reconnectAttempt == 0 || reconnectAttempt % 10 == 0 {
+                    logger?.warning("broker not reachable, retrying", ["error": MQTTClient.describe(rc), "attempt": "\(reconnectAttempt + 1)"])
+                }
                 continue
             }
             // Stopping: finish once nothing (such as a DISCONNECT) is left to send.
@@ -104,8 +137,20 @@ final class NetworkLoop: @unchecked Sendable {
                 pollfd(fd: socket, events: Int16(POLLIN) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
                 pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
             ]
-            let ready = poll(&fds, 2, 1_000)
-            if ready < 0, errno != EINTR { continue }
+            let tick = periodic.withLock { $0 }
+            let untilTick = tick.map { _ in Int32(clamping: (nextTick.uptimeNanoseconds &- min(nextTick.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000) } ?? 1_000
+            let ready = poll(&fds, 2, min(1_000, max(0, untilTick)))
+            if ready < 0 {
+                guard errno != EINTR else { continue }
+                // Not a signal: back off instead of spinning on the same error.
+                pollFailures += 1
+                if pollFailures == 1 || pollFailures % 100 == 0 {
+                    logger?.error("poll failed", ["error": String(cString: strerror(errno)), "times": "\(pollFailures)"])
+                }
+                waitForWake(milliseconds: 100)
+                continue
+            }
+            pollFailures = 0
             if fds[1].revents != 0 { drainWakePipe() }
             if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
                 // libmosquitto 2.0 reads about one packet per call here: keep
@@ -116,9 +161,20 @@ final class NetworkLoop: @unchecked Sendable {
                     reads += 1
                 } while reads < Self.maxBatch && Self.readable(mosquitto_socket(mosq))
             }
+            if let tick, DispatchTime.now() >= nextTick {
+                tick.body()
+                nextTick = DispatchTime.now() + tick.interval
+            }
             // Everything read so far is handled: let the owner commit it
             // before any acknowledgement leaves.
-            hook.withLock { $0 }?()
+            if hook.withLock({ $0 })?() == false {
+                // The owner could not store the batch: drop the connection with
+                // its queued acknowledgements unsent (reconnecting discards
+                // them); the broker redelivers the batch on the new connection.
+                logger?.warning("batch not stored; reconnecting without acknowledging it")
+                _ = mosquitto_reconnect(mosq)
+                continue
+            }
             if mosquitto_socket(mosq) >= 0, mosquitto_want_write(mosq) {
                 _ = mosquitto_loop_write(mosq, 1)
             }

@@ -45,6 +45,18 @@ public enum CommandCatalog {
                                "exportPolylineJSON", "exportGPX"]
     public static let uploader = ["configureSync", "syncNow"]
     public static let all = Set(gateway + filter + motion + track + uploader)
+
+    /// The commands one service answers, by the service's name.
+    public static func owned(by service: String) -> [String] {
+        switch service {
+        case "gateway": gateway
+        case "filter": filter
+        case "motion": motion
+        case "track": track
+        case "uploader": uploader
+        default: []
+        }
+    }
 }
 
 /// Paging arguments shared by the listing commands.

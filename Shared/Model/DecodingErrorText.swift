@@ -26,3 +26,10 @@ public enum DecodingErrorText {
         }
     }
 }
+
+extension DecodingErrorText {
+    /// Any error as a reader should see it: decoding errors by field, others as they say.
+    public static func describe(any error: any Error) -> String {
+        (error as? DecodingError).map(describe) ?? "\(error)"
+    }
+}

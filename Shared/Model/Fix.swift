@@ -44,16 +44,19 @@ public struct RawFix: Codable, Sendable, Equatable {
     public var verticalAccuracyM: Double?
     public var mock: Bool?
     public var batteryPct: Double?
+    /// The gateway store's identity (see `Sequenced`); absent from older gateways.
+    public var epoch: String?
 
     public init(device: DeviceID, seq: Int64, sessionID: String?, timeMs: Int64, receivedMs: Int64,
                 source: FixSource, latitude: Double, longitude: Double, accuracyM: Double,
                 speedMps: Double? = nil, courseDeg: Double? = nil, altitudeM: Double? = nil,
-                verticalAccuracyM: Double? = nil, mock: Bool? = nil, batteryPct: Double? = nil) {
+                verticalAccuracyM: Double? = nil, mock: Bool? = nil, batteryPct: Double? = nil, epoch: String? = nil) {
         self.device = device; self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs
         self.receivedMs = receivedMs; self.source = source; self.latitude = latitude
         self.longitude = longitude; self.accuracyM = accuracyM; self.speedMps = speedMps
         self.courseDeg = courseDeg; self.altitudeM = altitudeM
         self.verticalAccuracyM = verticalAccuracyM; self.mock = mock; self.batteryPct = batteryPct
+        self.epoch = epoch
     }
 
     /// Back to the device format, for replayable fixture exports.
@@ -87,7 +90,12 @@ public struct TrackPoint: Codable, Sendable, Equatable {
 public struct PointMessage: Codable, Sendable, Equatable {
     public var device: DeviceID
     public var point: TrackPoint
-    public init(device: DeviceID, point: TrackPoint) { self.device = device; self.point = point }
+    /// The filter store's identity (see `Sequenced`).
+    public var epoch: String?
+    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil) {
+        self.device = device; self.point = point; self.epoch = epoch
+    }
+    public var seq: Int64 { point.seq }
 }
 
 /// The filter's position estimate at a decision.
@@ -145,7 +153,9 @@ public struct MotionMessage: Codable, Sendable, Equatable {
     public var seq: Int64
     public var timeMs: Int64
     public var state: MotionState
-    public init(device: DeviceID, seq: Int64, timeMs: Int64, state: MotionState) {
-        self.device = device; self.seq = seq; self.timeMs = timeMs; self.state = state
+    /// The motion store's identity (see `Sequenced`).
+    public var epoch: String?
+    public init(device: DeviceID, seq: Int64, timeMs: Int64, state: MotionState, epoch: String? = nil) {
+        self.device = device; self.seq = seq; self.timeMs = timeMs; self.state = state; self.epoch = epoch
     }
 }

@@ -149,7 +149,7 @@ extension FlatJSONObject.Read {
 extension DeviceFix {
     /// The fast path for a single fix; nil means "ask JSONDecoder".
     public init?(flat bytes: [UInt8]) {
-        guard let o = FlatJSONObject(bytes),
+        guard JSONCoding.fastPaths, let o = FlatJSONObject(bytes),
               let t = o.double("t").required, let lat = o.double("lat").required,
               let lon = o.double("lon").required, let acc = o.double("acc").required,
               let speed = o.double("speed").optional, let course = o.double("course").optional,
@@ -162,7 +162,7 @@ extension DeviceFix {
 extension RawFix {
     /// The fast path for the internal raw message; nil means "ask JSONDecoder".
     public init?(flat bytes: [UInt8]) {
-        guard let o = FlatJSONObject(bytes),
+        guard JSONCoding.fastPaths, let o = FlatJSONObject(bytes),
               let deviceText = o.string("device").required, let device = DeviceID(deviceText),
               let seq = o.int64("seq").required, let sessionID = o.string("sessionID").optional,
               let timeMs = o.int64("timeMs").required, let receivedMs = o.int64("receivedMs").required,
@@ -171,9 +171,10 @@ extension RawFix {
               let accuracyM = o.double("accuracyM").required,
               let speedMps = o.double("speedMps").optional, let courseDeg = o.double("courseDeg").optional,
               let altitudeM = o.double("altitudeM").optional, let verticalAccuracyM = o.double("verticalAccuracyM").optional,
-              let mock = o.bool("mock").optional, let batteryPct = o.double("batteryPct").optional else { return nil }
+              let mock = o.bool("mock").optional, let batteryPct = o.double("batteryPct").optional,
+              let epoch = o.string("epoch").optional else { return nil }
         self.init(device: device, seq: seq, sessionID: sessionID, timeMs: timeMs, receivedMs: receivedMs, source: source,
                   latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg,
-                  altitudeM: altitudeM, verticalAccuracyM: verticalAccuracyM, mock: mock, batteryPct: batteryPct)
+                  altitudeM: altitudeM, verticalAccuracyM: verticalAccuracyM, mock: mock, batteryPct: batteryPct, epoch: epoch)
     }
 }

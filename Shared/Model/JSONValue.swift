@@ -67,7 +67,10 @@ public enum JSONCoding {
     }()
     public static let decoder = JSONDecoder()
 
-    public static func encode(_ value: some Encodable) -> Data {
+    public static func encode(_ value: some Encodable) -> Data { foundationEncode(value) }
+
+    /// Always JSONEncoder, even for types with a direct writer.
+    static func foundationEncode(_ value: some Encodable) -> Data {
         // Our own model types always encode; a failure here is a programming error.
         do { return try encoder.encode(value) } catch { preconditionFailure("encoding \(type(of: value)) failed: \(error)") }
     }

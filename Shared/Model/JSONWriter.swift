@@ -78,15 +78,22 @@ public protocol JSONWritable {
 }
 
 extension JSONCoding {
+    /// Whether the hand-written fast paths (this writer, `FlatJSONObject`)
+    /// are used; `TRACKER_JSON=foundation` turns them off, so a benchmark can
+    /// measure what they are worth in the same run.
+    public static let fastPaths = ProcessInfo.processInfo.environment["TRACKER_JSON"] != "foundation"
+
     /// The direct writer, for types that have one; picked over the generic
     /// `encode` by overload resolution wherever the type is known.
     public static func encode(_ value: some Encodable & JSONWritable) -> Data {
+        guard fastPaths else { return foundationEncode(value) }
         var w = JSONWriter()
         value.write(to: &w)
         return Data(w.bytes)
     }
 
     public static func string(_ value: some Encodable & JSONWritable) -> String {
+        guard fastPaths else { return String(decoding: foundationEncode(value), as: UTF8.self) }
         var w = JSONWriter()
         value.write(to: &w)
         return String(decoding: w.bytes, as: UTF8.self)
@@ -115,6 +122,7 @@ extension RawFix: JSONWritable {
         w.field("batteryPct", batteryPct)
         w.field("courseDeg", courseDeg)
         w.field("device", device)
+        w.field("epoch", epoch)
         w.field("latitude", latitude)
         w.field("longitude", longitude)
         w.field("mock", mock)
@@ -149,6 +157,7 @@ extension PointMessage: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()
         w.field("device", device)
+        w.field("epoch", epoch)
         w.field("point", point)
         w.endObject()
     }

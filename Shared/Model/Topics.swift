@@ -1,3 +1,19 @@
+extension Topics.Parsed {
+    /// The device and input name (the topic's last level; `owntracks` for
+    /// OwnTracks) of a message a service consumes; nil for commands and others.
+    public var input: (DeviceID, String)? {
+        switch self {
+        case .fixes(let d): (d, "fixes")
+        case .raw(let d): (d, "raw")
+        case .points(let d): (d, "points")
+        case .motion(let d): (d, "motion")
+        case .activity(let d): (d, "activity")
+        case .ownTracks(let d): (d, "owntracks")
+        case .events, .command, .invalidDevice, .other: nil
+        }
+    }
+}
+
 /// Every topic of the contract, under a configurable prefix (default `tracker`).
 public struct Topics: Sendable, Equatable {
     public let prefix: String
@@ -32,6 +48,7 @@ public struct Topics: Sendable, Equatable {
         case raw(DeviceID)
         case points(DeviceID)
         case motion(DeviceID)
+        case activity(DeviceID)
         case events(DeviceID)
         case command(DeviceID, name: String)
         case ownTracks(DeviceID)
@@ -40,7 +57,10 @@ public struct Topics: Sendable, Equatable {
         case other
     }
 
-    public func parse(_ topic: String) -> Parsed {
+    /// Which input a parsed topic is, by the name a service routes it under.
+    public func parse(_ topic: String) -> Parsed { parseTopic(topic) }
+
+    private func parseTopic(_ topic: String) -> Parsed {
         let parts = topic.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
         if parts.count == 3, parts[0] == "owntracks" {
             guard let id = DeviceID("\(parts[1]).\(parts[2])") else { return .invalidDevice("\(parts[1]).\(parts[2])") }
@@ -59,6 +79,7 @@ public struct Topics: Sendable, Equatable {
         case "raw": return .raw(id)
         case "points": return .points(id)
         case "motion": return .motion(id)
+        case "activity": return .activity(id)
         case "events": return .events(id)
         default: return .other
         }

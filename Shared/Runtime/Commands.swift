@@ -7,7 +7,8 @@ public struct IncomingCommand: Sendable {
     public let device: DeviceID
     public let name: String
     public let request: CommandRequest
-    let message: MQTTMessage
+    let responseTopic: String?
+    let correlationData: [UInt8]?
 
     /// The arguments decoded as `T`; a mismatch is a `badInput` naming the problem.
     public func arguments<T: Decodable>(_ type: T.Type) throws(CommandError) -> T {
@@ -19,52 +20,37 @@ public struct IncomingCommand: Sendable {
             throw CommandError(.badInput, "args: \(error)")
         }
     }
-}
 
-/// Parses command requests and sends replies: to the v5 response topic with
-/// the request's correlation data, or else to `tracker/{device}/reply/{name}`.
-public struct CommandResponder: Sendable {
-    public let topics: Topics
-    public let client: MQTTClient
-
-    public init(topics: Topics, client: MQTTClient) { self.topics = topics; self.client = client }
-
-    /// Decodes the request; an unreadable one is answered `badInput` here.
-    public func parse(_ message: MQTTMessage, device: DeviceID, name: String) -> IncomingCommand? {
-        let request: CommandRequest
-        if message.payload.isEmpty || message.payload.allSatisfy({ $0 == 0x20 || $0 == 0x0A }) {
-            request = CommandRequest()
-        } else {
+    /// Reads a request; an unreadable one comes back as the reply to send.
+    static func parse(_ message: MQTTMessage, device: DeviceID, name: String) -> Result<IncomingCommand, CommandReplyMessage> {
+        let blank = message.payload.allSatisfy { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }
+        var request = CommandRequest()
+        if !blank {
             do {
                 request = try JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
             } catch {
-                let command = IncomingCommand(device: device, name: name, request: CommandRequest(), message: message)
-                reply(to: command, .failure(id: nil, CommandError(.badInput, "request is not a JSON object {\"id\":…,\"args\":{…}}")))
-                return nil
+                let command = IncomingCommand(device: device, name: name, request: CommandRequest(),
+                                              responseTopic: message.responseTopic, correlationData: message.correlationData)
+                return .failure(CommandReplyMessage(command, .failure(id: nil, CommandError(
+                    .badInput, "request is not a JSON object {\"id\":…,\"args\":{…}}"))))
             }
         }
-        return IncomingCommand(device: device, name: name, request: request, message: message)
-    }
-
-    /// Runs `body` and replies with its result or its error.
-    public func answer(_ command: IncomingCommand, _ body: () throws -> any Encodable) {
-        let reply: CommandReply
-        do {
-            reply = .success(id: command.request.id, try JSONValue(encoding: body()))
-        } catch let error as CommandError {
-            reply = .failure(id: command.request.id, error)
-        } catch {
-            reply = .failure(id: command.request.id, CommandError(.internal, "\(error)"))
-        }
-        self.reply(to: command, reply)
-    }
-
-    public func reply(to command: IncomingCommand, _ reply: CommandReply) {
-        let payload = Array(JSONCoding.encode(reply))
-        var message = MQTTMessage(topic: command.message.responseTopic ?? topics.reply(command.device, command.name),
-                                  payload: payload, qos: .atLeastOnce)
-        message.correlationData = command.message.correlationData
-        try? client.publish(message)
+        return .success(IncomingCommand(device: device, name: name, request: request,
+                                        responseTopic: message.responseTopic, correlationData: message.correlationData))
     }
 }
 
+/// A reply and where it goes: the v5 response topic with the request's
+/// correlation data, or else `{prefix}/{device}/reply/{name}` (MQTT 3.1.1).
+struct CommandReplyMessage: Error {
+    let command: IncomingCommand
+    let reply: CommandReply
+    init(_ command: IncomingCommand, _ reply: CommandReply) { self.command = command; self.reply = reply }
+
+    func message(_ topics: Topics) -> MQTTMessage {
+        var message = MQTTMessage(topic: command.responseTopic ?? topics.reply(command.device, command.name),
+                                  payload: Array(JSONCoding.encode(reply)), qos: .atLeastOnce)
+        message.correlationData = command.correlationData
+        return message
+    }
+}

@@ -1,4 +1,5 @@
 import Bus
+import Logging
 import Foundation
 import Model
 import Synchronization

@@ -1,52 +1,22 @@
 import Bus
 import Foundation
+import Logging
 import Model
 
-/// A Tracker service as the runner drives it. Messages arrive on the bus's
-/// network thread, one at a time; `handle` must commit what it applies
-/// before returning (see `MQTTClient`), which is what makes kill -9 safe.
-public protocol TrackerService: AnyObject, Sendable {
-    /// Filters subscribed at QoS 1 on the service's persistent session.
-    var subscriptions: [String] { get }
-    func handle(_ message: MQTTMessage)
-    /// After each (re)connect, before that connection's first message.
-    func connected(reconnect: Bool)
-    /// Commits what the messages handled so far changed. Called on the network
-    /// thread before their acknowledgements are written, so a batch of
-    /// messages costs one commit and none is acknowledged unstored.
-    func flush()
-    /// Periodic work (idle timeouts, retention), every `tickInterval`.
-    func tick()
-    /// Graceful stop: persist what is in memory and close the store.
-    func close()
-}
-
-extension TrackerService {
-    public func connected(reconnect: Bool) {}
-    public func flush() {}
-    public func tick() {}
-}
-
-/// What a service gets from the runner.
+/// What a service's definition is made from: its settings and the process's
+/// logger and clock.
 public struct ServiceContext: Sendable {
     public let name: String
     public let settings: CommonSettings
     public let topics: Topics
     public let logger: Logger
-    public let counters: HealthCounters
-    public let client: MQTTClient
-    public let responder: CommandResponder
     public let clock: any WallClock
 
-    public init(name: String, settings: CommonSettings, logger: Logger, counters: HealthCounters,
-                client: MQTTClient, clock: any WallClock = SystemWallClock()) {
+    public init(name: String, settings: CommonSettings, logger: Logger, clock: any WallClock = SystemWallClock()) {
         self.name = name
         self.settings = settings
         self.topics = Topics(prefix: settings.topicPrefix)
         self.logger = logger
-        self.counters = counters
-        self.client = client
-        self.responder = CommandResponder(topics: topics, client: client)
         self.clock = clock
     }
 
@@ -59,72 +29,67 @@ public struct ServiceContext: Sendable {
         }
         return "\(settings.dataDir)/\(settings.instance).sqlite"
     }
-
-    /// Publishes an event at QoS 1 on `tracker/{device}/events`.
-    public func publish(_ event: Event) {
-        let message = MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event)))
-        do { try client.publish(message) } catch {
-            logger.warning("event not published", ["device": event.device.rawValue, "type": event.type, "error": "\(error)"])
-        }
-    }
 }
 
-/// Runs one service process: settings, bus with will, health, signals.
+/// Runs one service process: settings, store, bus with its will, health,
+/// signals. Every message, commit and tick happens on the bus's network
+/// thread (see `ServiceHost`); this only starts and stops things.
 public enum ServiceRunner {
-    /// Never returns: exits 0 after a graceful stop, 2 on a bad setting.
-    public static func main(
+    /// Runs until SIGTERM or SIGINT and returns the exit code: 0 after a
+    /// graceful stop, 2 for a bad setting or a store that cannot be opened.
+    public static func run<Row>(
         name: String,
+        arguments: [String] = CommandLine.arguments,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
         tickInterval: Duration = .seconds(1),
-        make: (ServiceContext, SettingsReader) throws -> any TrackerService
-    ) async -> Never {
-        let arguments = CommandLine.arguments
-        let environment = ProcessInfo.processInfo.environment
-        let logger: Logger
-        let service: any TrackerService
+        define: (ServiceContext, SettingsReader) throws -> ServiceDefinition<Row>
+    ) async -> Int32 {
         let context: ServiceContext
+        let client: MQTTClient
+        let host: ServiceHost<Row>
+        let counters = HealthCounters()
         let health: HealthReporter
         do {
             let reader = try SettingsReader.load(service: name, arguments: arguments, environment: environment)
             let settings = try CommonSettings(service: name, reader)
-            logger = Logger(label: settings.instance, minimum: settings.logLevel)
-            let counters = HealthCounters()
-            health = HealthReporter(service: name, instance: settings.instance,
-                                    topics: Topics(prefix: settings.topicPrefix),
+            context = ServiceContext(name: name, settings: settings,
+                                     logger: Logger(label: settings.instance, minimum: settings.logLevel))
+            health = HealthReporter(service: name, instance: settings.instance, topics: context.topics,
                                     interval: .milliseconds(Int64(settings.healthIntervalSec * 1000)), counters: counters)
-            let client = try MQTTClient(MQTTOptions(
+            client = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
                 cleanStart: false, sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
-                password: settings.mqttPassword, will: health.will))
-            context = ServiceContext(name: name, settings: settings, logger: logger, counters: counters, client: client)
-            service = try make(context, reader)
+                password: settings.mqttPassword, will: health.will, logger: context.logger))
+            let definition = try define(context, reader)
             try reader.rejectUnknownKeys()
+            host = try ServiceHost(definition, databasePath: context.databasePath(), bus: client, topics: context.topics,
+                                   logger: context.logger, counters: counters, clock: context.clock,
+                                   cacheCapacity: settings.deviceCacheCapacity)
         } catch {
             FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
-            exit(2)
+            return 2
         }
+        let logger = context.logger
 
-        let client = context.client
-        client.setHandler { [service] in service.handle($0) }
-        client.setBeforeAcknowledging { [service] in service.flush() }
-        client.setOnConnect { [service, logger] reconnect in
-            if reconnect { logger.info("reconnected to broker") }
-            service.connected(reconnect: reconnect)
-        }
+        client.setHandler { host.receive($0) }
+        client.setBeforeAcknowledging { host.commit() }
+        client.setPeriodic(every: tickInterval) { host.tick() }
+        client.setOnConnect { host.connected(reconnect: $0) }
 
         let signal = Task { await Signals.waitForTermination() }
         let connected = Task {
-            var attempt = 0
+            // The client owns (re)connecting and logs its attempts; this only
+            // waits for the first connection and the first subscription.
             while !Task.isCancelled {
                 do {
-                    try await client.connect()
-                    try await client.subscribe(service.subscriptions, qos: .atLeastOnce)
+                    try await client.connect(timeout: .seconds(30))
+                    try await client.subscribe(host.subscriptions, qos: .atLeastOnce)
                     return true
+                } catch MQTTError.subscriptionRejected(let filter, let code) {
+                    logger.error("broker refused a subscription; retrying", ["filter": filter, "code": "\(code)"])
+                    try? await Task.sleep(for: .seconds(5))
                 } catch {
-                    attempt += 1
-                    if attempt == 1 || attempt % 10 == 0 {
-                        logger.warning("broker not reachable, retrying", ["error": "\(error)", "attempt": "\(attempt)"])
-                    }
-                    try? await Task.sleep(for: .milliseconds(min(2_000, 200 * attempt)))
+                    try? await Task.sleep(for: .milliseconds(200))
                 }
             }
             return false
@@ -132,29 +97,23 @@ public enum ServiceRunner {
         let stopEarly = Task { _ = await signal.value; connected.cancel() }
         guard await connected.value else {
             logger.info("stopped before connecting")
-            exit(0)
+            await client.disconnect(timeout: .seconds(1))
+            host.close()
+            return 0
         }
         stopEarly.cancel()
         logger.info("service started", ["service": name, "broker": "\(context.settings.mqttHost):\(context.settings.mqttPort)",
-                                        "version": TrackerVersion.current])
+                                        "version": TrackerVersion.current, "epoch": host.epoch])
 
         let healthLoop = Task { await health.run(client: client) }
-        let ticker = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: tickInterval)
-                if !Task.isCancelled { service.tick() }
-            }
-        }
-
         let received = await signal.value
         logger.info("stopping", ["signal": "\(received)"])
         healthLoop.cancel()
-        ticker.cancel()
         await client.drain(timeout: .seconds(5))
         try? await client.publishAndWait(health.message(.offline), timeout: .seconds(3))
         await client.disconnect(timeout: .seconds(3))
-        service.close()
+        host.close()
         logger.info("stopped")
-        exit(0)
+        return 0
     }
 }

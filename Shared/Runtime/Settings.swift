@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Model
 
 /// A setting that stops a service at start, with the setting's name.
@@ -131,6 +132,8 @@ public struct CommonSettings: Sendable {
     public var instance: String
     public var healthIntervalSec: Double
     public var logLevel: LogLevel
+    /// Devices whose state a service keeps in memory (least recently used leave first).
+    public var deviceCacheCapacity: Int
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -149,5 +152,6 @@ public struct CommonSettings: Sendable {
         healthIntervalSec = try reader.double("healthIntervalSec", default: 5, in: 0.1...3_600)
         let level = try reader.choice("logLevel", default: "info", among: LogLevel.allCases.map(\.rawValue))
         logLevel = LogLevel(rawValue: level) ?? .info
+        deviceCacheCapacity = try reader.int("deviceCacheCapacity", default: 10_000, in: 1...10_000_000)
     }
 }

@@ -106,7 +106,9 @@ public final class Database {
 
     /// Runs `body` in a transaction. Inside an open transaction (or batch) it
     /// runs in a savepoint instead, so a thrown error undoes only `body`'s
-    /// own changes and the outer transaction goes on.
+    /// own changes and the outer transaction goes on — unless SQLite itself
+    /// rolled the whole transaction back (it may, for a full disk or an I/O
+    /// error): then the error is rethrown and the batch is gone.
     public func transaction<T>(_ body: () throws -> T) throws -> T {
         if transactionDepth > 0 {
             let name = "s\(transactionDepth)"
@@ -118,8 +120,13 @@ public final class Database {
                 try statement("RELEASE \(name)").runToEnd()
                 return result
             } catch {
-                try? statement("ROLLBACK TO \(name)").runToEnd()
-                try? statement("RELEASE \(name)").runToEnd()
+                guard !isAutocommit else {
+                    // Nothing left to roll back to: the outer transaction ended with the error.
+                    abandonTransactionState()
+                    throw error
+                }
+                try statement("ROLLBACK TO \(name)").runToEnd()
+                try statement("RELEASE \(name)").runToEnd()
                 throw error
             }
         }
@@ -131,9 +138,37 @@ public final class Database {
             try execute("COMMIT")
             return result
         } catch {
-            try? execute("ROLLBACK")
+            if !isAutocommit { try execute("ROLLBACK") }
             throw error
         }
+    }
+
+    /// True when no transaction is open, as SQLite itself sees it (after some
+    /// errors SQLite rolls back on its own; this is the authority, not our count).
+    public var isAutocommit: Bool { sqlite3_get_autocommit(handle) != 0 }
+
+    /// Forgets the open batch after SQLite ended it by itself.
+    private func abandonTransactionState() {
+        batchOpen = false
+    }
+
+    /// Undoes the open batch, if any (and if SQLite has not already).
+    public func rollbackBatch() throws {
+        defer { batchOpen = false; transactionDepth = 0 }
+        guard batchOpen || transactionDepth > 0, !isAutocommit else { return }
+        try execute("ROLLBACK")
+    }
+
+    /// Writes the WAL back into the database file and truncates it, so the
+    /// `.sqlite` file alone holds everything (graceful stop, backups).
+    public func checkpoint() throws {
+        try execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+
+    /// SQLite's quick structural check; nil when the file is sound.
+    public func quickCheck() throws -> String? {
+        let result = try first("PRAGMA quick_check(1)") { $0.string(0) } ?? "no answer"
+        return result == "ok" ? nil : result
     }
 
     /// Opens a transaction that stays open across calls until `commitBatch`:
@@ -147,10 +182,16 @@ public final class Database {
 
     public var hasOpenBatch: Bool { batchOpen }
 
-    /// Commits the open batch, if any.
+    /// Commits the open batch, if any. If the commit fails the batch is
+    /// rolled back (or already was, by SQLite): it never lingers half open.
     public func commitBatch() throws {
         guard batchOpen else { return }
-        try execute("COMMIT")
+        do {
+            try execute("COMMIT")
+        } catch {
+            try? rollbackBatch()
+            throw error
+        }
         batchOpen = false
         transactionDepth = 0
     }
@@ -169,6 +210,8 @@ public enum SQLValue: Sendable, Equatable {
     case integer(Int64)
     case real(Double)
     case text(String)
+    /// Text given as its UTF-8 bytes (a JSON body), bound without a String.
+    case utf8([UInt8])
     case blob([UInt8])
 
     public static func int(_ v: Int64?) -> SQLValue { v.map(SQLValue.integer) ?? .null }
@@ -208,6 +251,14 @@ public final class Statement {
         try runToEnd()
     }
 
+    /// Resets, binds and maps the first row, if any.
+    public func first<T>(_ values: SQLValue..., map: (Row) throws -> T) throws -> T? {
+        reset()
+        try bind(values)
+        defer { sqlite3_reset(pointer) }
+        return try step().map(map)
+    }
+
     /// Resets, binds and tells whether the query returns a row.
     public func exists(_ values: SQLValue...) throws -> Bool {
         reset()
@@ -225,6 +276,10 @@ public final class Statement {
             case .integer(let v): rc = sqlite3_bind_int64(pointer, index, v)
             case .real(let v): rc = sqlite3_bind_double(pointer, index, v)
             case .text(let v): rc = sqlite3_bind_text(pointer, index, v, -1, sqliteTransient)
+            case .utf8(let v) where v.isEmpty: rc = sqlite3_bind_text(pointer, index, "", 0, sqliteTransient)
+            case .utf8(let v): rc = v.withUnsafeBufferPointer { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { sqlite3_bind_text(pointer, index, $0.baseAddress, Int32($0.count), sqliteTransient) }
+            }
             case .blob(let v): rc = v.withUnsafeBytes {
                 sqlite3_bind_blob(pointer, index, $0.baseAddress, Int32($0.count), sqliteTransient)
             }

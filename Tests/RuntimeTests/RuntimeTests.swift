@@ -1,37 +1,45 @@
+import Bus
 import Model
 @testable import Runtime
 import Testing
 
-@Suite struct AckTrackerTests {
+@Suite struct OutboxTests {
     let device = DeviceID("p1")!
 
-    @Test func watermarkWaitsForTheOldestUnacknowledged() {
-        let tracker = AckTracker()
-        tracker.restore(device, ackedThrough: 10)
-        for seq in 11...15 { tracker.sent(device, Int64(seq)) }
-        tracker.acknowledged(device, 12)
-        tracker.acknowledged(device, 13)
-        #expect(tracker.ackedThrough(device) == 10)  // 11 still out
-        tracker.acknowledged(device, 11)
-        #expect(tracker.ackedThrough(device) == 13)
-        #expect(tracker.pendingCount == 2)
-        tracker.acknowledged(device, 15)
-        tracker.acknowledged(device, 14)
-        #expect(tracker.ackedThrough(device) == 15 && tracker.pendingCount == 0)
+    @Test func watermarkWaitsForTheOldestUnacknowledged() throws {
+        let outbox = Outbox(topic: { "t/\($0)/raw" })
+        let bus = OutOfOrderBus()
+        outbox.restore(device, ackedThrough: 10)
+        for seq in 11...15 { try outbox.send(device, seq: Int64(seq), body: Array("\(seq)".utf8), on: bus) }
+        bus.acknowledge(12); bus.acknowledge(13)
+        #expect(outbox.ackedThrough(device) == 10)  // 11 still out
+        bus.acknowledge(11)
+        #expect(outbox.ackedThrough(device) == 13)
+        #expect(outbox.pendingCount == 2)
+        bus.acknowledge(15); bus.acknowledge(14)
+        #expect(outbox.ackedThrough(device) == 15 && outbox.pendingCount == 0)
     }
 
-    @Test func onlyAdvancedWatermarksAreSavedAgain() {
-        let tracker = AckTracker()
-        tracker.restore(device, ackedThrough: 5)
-        #expect(tracker.takeUnsaved().isEmpty)
-        tracker.sent(device, 6)
-        tracker.acknowledged(device, 6)
-        let moved = tracker.takeUnsaved()
+    @Test func onlyAdvancedWatermarksAreSavedAgain() throws {
+        let outbox = Outbox(topic: { "t/\($0)/raw" })
+        let bus = OutOfOrderBus()
+        outbox.restore(device, ackedThrough: 5)
+        #expect(outbox.takeUnsaved().isEmpty)
+        try outbox.send(device, seq: 6, body: Array("6".utf8), on: bus)
+        bus.acknowledge(6)
+        let moved = outbox.takeUnsaved()
         #expect(moved.count == 1 && moved[0].1 == 6)
-        #expect(tracker.takeUnsaved().isEmpty)
-        tracker.unsave(moved)  // the write failed: it must be offered again
-        #expect(tracker.takeUnsaved().map(\.1) == [6])
+        #expect(outbox.takeUnsaved().isEmpty)
+        outbox.unsave(moved)  // the write failed: it must be offered again
+        #expect(outbox.takeUnsaved().map { $0.1 } == [6])
     }
+}
+
+/// A broker that acknowledges whichever message the test names (by its body, the seq).
+final class OutOfOrderBus: MessageBus, @unchecked Sendable {
+    private var acks: [String: MQTTClient.Acknowledgement] = [:]
+    func publish(_ message: MQTTMessage, acknowledged: MQTTClient.Acknowledgement?) throws { acks[message.string] = acknowledged }
+    func acknowledge(_ seq: Int) { acks.removeValue(forKey: "\(seq)")?(.success(())) }
 }
 
 @Suite struct SettingsReaderTests {

@@ -1,5 +1,6 @@
+import Foundation
 import Runtime
 
-await ServiceRunner.main(name: "filter") { context, reader in
-    try FilterService(context: context, settings: FilterSettings(reader))
-}
+exit(await ServiceRunner.run(name: "filter") { _, reader in
+    FilterService.definition(try FilterSettings(reader))
+})

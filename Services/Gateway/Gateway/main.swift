@@ -1,5 +1,6 @@
+import Foundation
 import Runtime
 
-await ServiceRunner.main(name: "gateway") { context, reader in
-    try GatewayService(context: context, settings: GatewaySettings(reader))
-}
+exit(await ServiceRunner.run(name: "gateway") { _, reader in
+    GatewayService.definition(try GatewaySettings(reader))
+})

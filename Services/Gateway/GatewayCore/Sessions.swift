@@ -15,7 +15,7 @@ public struct SessionPolicy: Sendable, Equatable {
 }
 
 /// A device's session bookkeeping, as the store keeps it.
-public struct DeviceSessions: Sendable, Equatable {
+public struct DeviceSessions: Codable, Sendable, Equatable {
     public var current: Session?
     /// Time of the newest fix in the current session.
     public var lastFixMs: Int64?

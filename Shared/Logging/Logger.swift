@@ -1,5 +1,4 @@
 import Foundation
-import Model
 
 public enum LogLevel: String, Sendable, CaseIterable, Comparable {
     case debug, info, warning, error
@@ -20,6 +19,12 @@ public struct Logger: Sendable {
     public func warning(_ message: String, _ metadata: [String: String] = [:]) { log(.warning, message, metadata) }
     public func error(_ message: String, _ metadata: [String: String] = [:]) { log(.error, message, metadata) }
 
+    private static let encoder: JSONEncoder = {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        return encoder
+    }()
+
     public func log(_ level: LogLevel, _ message: String, _ metadata: [String: String]) {
         guard level >= minimum else { return }
         var line: [String: String] = metadata
@@ -27,7 +32,7 @@ public struct Logger: Sendable {
         line["logger"] = label
         line["msg"] = message
         line["timeMs"] = String(Int64(Date().timeIntervalSince1970 * 1000))
-        var data = JSONCoding.encode(line)
+        var data = (try? Self.encoder.encode(line)) ?? Data(#"{"msg":"unencodable log line"}"#.utf8)
         data.append(0x0A)
         FileHandle.standardError.write(data)
     }

@@ -1,0 +1,77 @@
+import Foundation
+import Model
+import Store
+
+/// A per-device log of messages numbered by seq — the raw ring, the decision
+/// log, a points outbox. One table shape, kept once: `(device, seq,
+/// sessionID, timeMs, body)`, paged by device or session, trimmed per device.
+public final class DeviceLog {
+    public let table: String
+    let db: Database
+    // Run for every message: prepared once.
+    private let insertStatement: Statement
+    private let containsTimeStatement: Statement
+
+    /// The table, for a service's migration. `uniqueTime` adds a unique
+    /// index on `(device, timeMs)` (the gateway's duplicate check).
+    public static func schema(_ table: String, uniqueTime: Bool = false) -> String {
+        """
+        CREATE TABLE \(table) (
+            device TEXT NOT NULL, seq INTEGER NOT NULL, sessionID TEXT, timeMs INTEGER, body TEXT NOT NULL,
+            PRIMARY KEY (device, seq)
+        ) WITHOUT ROWID;
+        """ + (uniqueTime ? "\nCREATE UNIQUE INDEX \(table)_by_time ON \(table)(device, timeMs);" : "")
+    }
+
+    public init(db: Database, table: String) throws {
+        self.db = db
+        self.table = table
+        // A redelivered message after a producer reset may carry a seq seen
+        // before: the newest judgement of (device, seq) wins.
+        insertStatement = try db.prepare("INSERT OR REPLACE INTO \(table) (device, seq, sessionID, timeMs, body) VALUES (?, ?, ?, ?, ?)")
+        containsTimeStatement = try db.prepare("SELECT 1 FROM \(table) WHERE device = ? AND timeMs = ?")
+    }
+
+    public func append(_ device: DeviceID, seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
+        try insertStatement.run(.text(device.rawValue), .integer(seq), .string(sessionID), .int(timeMs), .utf8(body))
+    }
+
+    /// Whether the device has an entry stamped `timeMs` (needs `uniqueTime` to be fast).
+    public func contains(_ device: DeviceID, timeMs: Int64) throws -> Bool {
+        try containsTimeStatement.exists(.text(device.rawValue), .integer(timeMs))
+    }
+
+    /// A page of bodies, oldest first, for one device or one of its sessions.
+    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int) throws -> [String] {
+        if let sessionID {
+            return try db.query("""
+                SELECT body FROM \(table) WHERE device = ? AND sessionID = ? ORDER BY seq LIMIT ? OFFSET ?
+                """, [.text(device.rawValue), .text(sessionID), .int(limit), .int(offset)]) { $0.string(0) }
+        }
+        return try db.query("SELECT body FROM \(table) WHERE device = ? ORDER BY seq LIMIT ? OFFSET ?",
+                            [.text(device.rawValue), .int(limit), .int(offset)]) { $0.string(0) }
+    }
+
+    /// Entries above `seq`, oldest first.
+    public func entries(_ device: DeviceID, after seq: Int64, limit: Int = .max) throws -> [(seq: Int64, body: String)] {
+        try db.query("SELECT seq, body FROM \(table) WHERE device = ? AND seq > ? ORDER BY seq LIMIT ?",
+                     [.text(device.rawValue), .integer(seq), .integer(Int64(min(limit, Int(Int64.max))))]) { ($0.int64(0), $0.string(1)) }
+    }
+
+    /// Deletes the device's entries at or below `seq`.
+    public func trim(_ device: DeviceID, through seq: Int64) throws {
+        guard seq > 0 else { return }
+        try db.run("DELETE FROM \(table) WHERE device = ? AND seq <= ?", .text(device.rawValue), .integer(seq))
+    }
+
+    public func count(_ device: DeviceID) throws -> Int {
+        try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device.rawValue)]) { $0.int(0) } ?? 0
+    }
+}
+
+/// A log a service keeps, and how many entries per device it retains.
+public struct LogRetention {
+    public let log: DeviceLog
+    public let keepPerDevice: Int
+    public init(_ log: DeviceLog, keepPerDevice: Int) { self.log = log; self.keepPerDevice = keepPerDevice }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import Model
+import Store
+
+/// The host's own tables, the same in every service's database: one row per
+/// device (the service's row as JSON, the input watermarks, the outbox
+/// watermark) and the store's identity.
+final class HostStore {
+    let db: Database
+    private let load: Statement
+    private let save: Statement
+
+    static let migrations: [(name: String, sql: String)] = [
+        ("host-1", """
+            CREATE TABLE host_devices (
+                device TEXT PRIMARY KEY,
+                row TEXT NOT NULL,
+                inputs TEXT NOT NULL DEFAULT '{}',
+                ackedThrough INTEGER NOT NULL DEFAULT 0
+            ) WITHOUT ROWID;
+            CREATE TABLE host_identity (epoch TEXT NOT NULL, createdMs INTEGER NOT NULL);
+            """),
+    ]
+
+    init(db: Database) throws {
+        self.db = db
+        load = try db.prepare("SELECT row, inputs, ackedThrough FROM host_devices WHERE device = ?")
+        save = try db.prepare("""
+            INSERT INTO host_devices (device, row, inputs) VALUES (?, ?, ?)
+            ON CONFLICT(device) DO UPDATE SET row = excluded.row, inputs = excluded.inputs
+            """)
+    }
+
+    /// The identity created with this store: stamped on every internal
+    /// message, so a consumer can tell a producer that lost its state.
+    func epoch(nowMs: Int64) throws -> String {
+        if let epoch = try db.first("SELECT epoch FROM host_identity", map: { $0.string(0) }) { return epoch }
+        let epoch = UUID().uuidString.lowercased()
+        try db.run("INSERT INTO host_identity (epoch, createdMs) VALUES (?, ?)", .text(epoch), .integer(nowMs))
+        return epoch
+    }
+
+    func entry(_ device: DeviceID) throws -> (row: Data, inputs: Data, ackedThrough: Int64)? {
+        try load.first(.text(device.rawValue)) { (Data($0.string(0).utf8), Data($0.string(1).utf8), $0.int64(2)) }
+    }
+
+    func save(_ device: DeviceID, row: [UInt8], inputs: [UInt8]) throws {
+        try save.run(.text(device.rawValue), .utf8(row), .utf8(inputs))
+    }
+
+    func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {
+        try db.run("UPDATE host_devices SET ackedThrough = max(ackedThrough, ?) WHERE device = ?", .integer(seq), .text(device.rawValue))
+    }
+
+    /// Every outbox entry above its device's watermark, oldest first per device.
+    func unacknowledged(in log: DeviceLog) throws -> [(device: DeviceID, seq: Int64, body: String)] {
+        try db.query("""
+            SELECT l.device, l.seq, l.body FROM \(log.table) l JOIN host_devices d ON d.device = l.device
+            WHERE l.seq > d.ackedThrough ORDER BY l.device, l.seq
+            """) { row in (row.string(0), row.int64(1), row.string(2)) }
+            .compactMap { device, seq, body in DeviceID(allowingReserved: device).map { ($0, seq, body) } }
+    }
+
+    /// Watermarks of devices with outbox entries above them (restored at start, so trims respect them).
+    func watermarks(in log: DeviceLog) throws -> [(DeviceID, Int64)] {
+        try db.query("""
+            SELECT d.device, d.ackedThrough FROM host_devices d
+            WHERE EXISTS (SELECT 1 FROM \(log.table) l WHERE l.device = d.device AND l.seq > d.ackedThrough)
+            """) { ($0.string(0), $0.int64(1)) }
+            .compactMap { device, acked in DeviceID(allowingReserved: device).map { ($0, acked) } }
+    }
+}

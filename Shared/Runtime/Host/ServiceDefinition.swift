@@ -1,0 +1,146 @@
+import Bus
+import Foundation
+import Model
+import Store
+
+/// A service as the host runs it: a pure core behind a small table — which
+/// topics it consumes and how each becomes a core input, which commands it
+/// answers, its periodic sweep, its tables. The host does the rest once for
+/// every service: batches and savepoints, the per-device cache, seq
+/// deduplication, the outbox, error events, replies, health.
+public struct ServiceDefinition<Row> {
+    public var name: String
+    /// The service's own tables, by name, each applied once (after the host's).
+    public var migrations: [(name: String, sql: String)]
+    public var rows: RowCodec<Row>
+    /// Builds the routes once the database is open and migrated.
+    public var wire: (Database) throws -> Routes<Row>
+
+    public init(name: String, migrations: [(name: String, sql: String)], rows: RowCodec<Row>,
+                wire: @escaping (Database) throws -> Routes<Row>) {
+        self.name = name; self.migrations = migrations; self.rows = rows; self.wire = wire
+    }
+}
+
+/// What the service does with messages, commands and time.
+public struct Routes<Row> {
+    public var inputs: [InputRoute<Row>]
+    public var commands: [CommandRoute<Row>]
+    /// The log whose entries are published on an internal topic (at most one).
+    public var outbox: OutboxRoute?
+    /// Logs trimmed per device by the host (an outbox never below what the broker acknowledged).
+    public var retention: [LogRetention]
+    public var sweep: SweepRoute<Row>?
+    /// Answer `notFound` for a command name no service owns (one service does: the gateway).
+    public var answersUnknownCommands: Bool
+
+    public init(inputs: [InputRoute<Row>], commands: [CommandRoute<Row>], outbox: OutboxRoute? = nil,
+                retention: [LogRetention] = [], sweep: SweepRoute<Row>? = nil, answersUnknownCommands: Bool = false) {
+        self.inputs = inputs; self.commands = commands; self.outbox = outbox; self.retention = retention
+        self.sweep = sweep; self.answersUnknownCommands = answersUnknownCommands
+    }
+}
+
+/// How a device's row is stored: one JSON document per device in the host's table.
+public struct RowCodec<Row> {
+    public var fresh: () -> Row
+    public var encode: (Row) -> [UInt8]
+    /// The row, and a warning to log when it had to be rebuilt (an older version's).
+    public var decode: (Data) throws -> (row: Row, warning: String?)
+
+    public init(fresh: @escaping () -> Row, encode: @escaping (Row) -> [UInt8],
+                decode: @escaping (Data) throws -> (row: Row, warning: String?)) {
+        self.fresh = fresh; self.encode = encode; self.decode = decode
+    }
+}
+
+extension RowCodec where Row: Codable {
+    public static func json(fresh: @escaping () -> Row) -> RowCodec {
+        RowCodec(fresh: fresh, encode: { Array(JSONCoding.encode($0)) },
+                 decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
+    }
+}
+
+/// The outbox: a log whose entries are the messages on an internal topic.
+public struct OutboxRoute {
+    public let log: DeviceLog
+    public let topic: @Sendable (Topics, DeviceID) -> String
+    public init(log: DeviceLog, topic: @escaping @Sendable (Topics, DeviceID) -> String) { self.log = log; self.topic = topic }
+}
+
+extension RawFix: Sequenced {}
+extension PointMessage: Sequenced {}
+extension MotionMessage: Sequenced {}
+
+/// An internal message numbered by its producer: `(epoch, seq)`.
+public protocol Sequenced {
+    var seq: Int64 { get }
+    /// The producer's store identity; a new one means the producer started
+    /// over and its numbering with it.
+    var epoch: String? { get }
+}
+
+/// One subscribed topic kind and what it becomes for the core.
+public struct InputRoute<Row> {
+    /// The topic's last level (`fixes`, `raw`, `points`, `motion`, …); also the
+    /// name of the input's seq watermark.
+    public let name: String
+    let filter: (Topics) -> String
+    let device: (Topics, String) -> Topics.Parsed
+    let run: (MQTTMessage, Work<Row>) throws -> Void
+
+    /// A message from outside (a device, OwnTracks): no seq of ours.
+    public static func external(_ name: String, filter: @escaping (Topics) -> String,
+                                apply: @escaping (MQTTMessage, Work<Row>) throws -> Void) -> InputRoute {
+        InputRoute(name: name, filter: filter, device: { $0.parse($1) }, run: apply)
+    }
+
+    /// An internal message on `{prefix}/+/{name}`: the host applies each
+    /// seq once per producer epoch, whatever the broker redelivers.
+    public static func sequenced<M: Sequenced>(_ name: String, decode: @escaping ([UInt8]) throws -> M,
+                                               apply: @escaping (M, Work<Row>) throws -> Void) -> InputRoute {
+        InputRoute(name: name, filter: { "\($0.prefix)/+/\(name)" }, device: { $0.parse($1) }) { message, work in
+            let decoded: M
+            do {
+                decoded = try decode(message.payload)
+            } catch {
+                throw InputRefusal(.badInput, "\(name): unreadable internal message: \(DecodingErrorText.describe(any: error))")
+            }
+            guard work.admit(decoded, input: name) else { throw Redelivered() }
+            try apply(decoded, work)
+        }
+    }
+}
+
+/// A command the service answers.
+public struct CommandRoute<Row> {
+    public enum Scope: Sendable { case device, fleet, any }
+    public let name: String
+    public let scope: Scope
+    public let run: (IncomingCommand, Work<Row>) throws -> any Encodable
+
+    public init(_ name: String, scope: Scope = .device, run: @escaping (IncomingCommand, Work<Row>) throws -> any Encodable) {
+        self.name = name; self.scope = scope; self.run = run
+    }
+}
+
+/// Periodic work: which devices to look at (from the store, so evicted
+/// devices are not forgotten), and what to do with each.
+public struct SweepRoute<Row> {
+    public let candidates: (_ nowMs: Int64) throws -> [DeviceID]
+    public let apply: (Work<Row>) throws -> Void
+    public init(candidates: @escaping (Int64) throws -> [DeviceID], apply: @escaping (Work<Row>) throws -> Void) {
+        self.candidates = candidates; self.apply = apply
+    }
+}
+
+/// A message the service refuses for what it says (not for a store failure):
+/// its changes are undone and an `error` event with `code` names the problem.
+public struct InputRefusal: Error, Sendable {
+    public let code: ErrorCode
+    public let message: String
+    public init(_ code: ErrorCode, _ message: String) { self.code = code; self.message = message }
+}
+
+/// A sequenced message at or below the seq already applied.
+struct Redelivered: Error {}

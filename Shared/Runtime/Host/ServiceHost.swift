@@ -1,0 +1,389 @@
+import Bus
+import Foundation
+import Logging
+import Model
+import Store
+
+/// Runs one service's definition: the only place that knows how messages
+/// become committed state and how state becomes published messages.
+///
+/// - Every message read in one pass of the network loop shares one SQLite
+///   transaction (a batch); each message's own changes sit in a savepoint,
+///   so a message the service refuses undoes only itself.
+/// - The batch commits in the bus's hook between reading and writing, before
+///   any acknowledgement leaves; what the batch asked to publish (events,
+///   outbox messages, replies) is published only after that commit.
+/// - A batch that cannot be stored is rolled back and not acknowledged: the
+///   broker redelivers it. A message that fails three times for a reason of
+///   its own (not a full disk) is dropped with an `error` event, so it can
+///   never block the rest.
+///
+/// Confinement, not locks: `receive`, `commit`, `tick` and `connected` run on
+/// the bus's network thread only; `init` before it starts, `close` after it
+/// stopped. That is what `@unchecked Sendable` stands for here.
+public final class ServiceHost<Row>: @unchecked Sendable {
+    public let name: String
+    let db: Database
+    private let store: HostStore
+    private let rows: RowCodec<Row>
+    private let routes: Routes<Row>
+    private let inputs: [String: InputRoute<Row>]
+    private let commands: [String: CommandRoute<Row>]
+    private let retention: [ObjectIdentifier: LogRetention]
+    private let cache: DeviceCache<DeviceEntry<Row>>
+    private let outbox: Outbox?
+    private let bus: any MessageBus
+    private let topics: Topics
+    private let logger: Logger
+    private let counters: HealthCounters
+    private let clock: any WallClock
+    public let epoch: String
+
+    private var batch = Batch()
+    private var attempts = FailedAttempts()
+    private var consecutiveFailures = 0
+    private var invalidTopicLogs = RateLimit(perMinute: 10)
+
+    struct Batch {
+        var effects: [Effect] = []
+        var failure: (any Error)?
+        var messages: [UInt64] = []
+    }
+
+    public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
+                logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
+                cacheCapacity: Int = 10_000) throws {
+        name = definition.name
+        db = try Database(path: databasePath)
+        var migrator = Migrator()
+        for (name, sql) in HostStore.migrations + definition.migrations { migrator.register(name, sql) }
+        try migrator.migrate(db)
+        let store = try HostStore(db: db)
+        self.store = store
+        epoch = try db.transaction { try store.epoch(nowMs: clock.nowMs()) }
+        rows = definition.rows
+        routes = try definition.wire(db)
+        inputs = Dictionary(uniqueKeysWithValues: routes.inputs.map { ($0.name, $0) })
+        commands = Dictionary(uniqueKeysWithValues: routes.commands.map { ($0.name, $0) })
+        retention = Dictionary(uniqueKeysWithValues: routes.retention.map { (ObjectIdentifier($0.log), $0) })
+        cache = DeviceCache(capacity: cacheCapacity)
+        self.bus = bus
+        self.topics = topics
+        self.logger = logger
+        self.counters = counters
+        self.clock = clock
+        if let route = routes.outbox {
+            let topic = route.topic
+            let outbox = Outbox(topic: { [topics] in topic(topics, $0) })
+            for (device, acked) in try store.watermarks(in: route.log) { outbox.restore(device, ackedThrough: acked) }
+            self.outbox = outbox
+        } else {
+            outbox = nil
+        }
+        let owned = Set(CommandCatalog.owned(by: name))
+        guard Set(commands.keys) == owned else {
+            throw ConfigError("commands", "\(name) answers \(commands.keys.sorted()) but the catalogue lists \(owned.sorted())")
+        }
+    }
+
+    /// What to subscribe to: every input, and the commands (all names, for the
+    /// service that answers unknown ones).
+    public var subscriptions: [String] {
+        routes.inputs.map { $0.filter(topics) }
+            + (routes.answersUnknownCommands ? [topics.anyCommand] : routes.commands.map { topics.allCommands(named: $0.name) })
+    }
+
+    // MARK: Messages (network thread)
+
+    public func receive(_ message: MQTTMessage) {
+        if batch.failure == nil, !db.hasOpenBatch {
+            do { try db.openBatch() } catch { batch.failure = error }
+        }
+        // A failed batch is redelivered whole: handling more of it now would be undone anyway.
+        guard batch.failure == nil else { return }
+        let parsed = topics.parse(message.topic)
+        switch parsed {
+        case .command(let device, let name):
+            command(message, device: device, name: name)
+        case .invalidDevice(let segment):
+            counters.count("invalidTopic")
+            if invalidTopicLogs.allow(nowMs: clock.nowMs()) {
+                logger.warning("payload on a topic with an invalid device id",
+                               ["mqtt.topic": String(message.topic.prefix(120)), "device": String(segment.prefix(80))])
+            }
+        default:
+            guard let (device, name) = parsed.input, let route = inputs[name] else { return }
+            apply(message, to: device, route: route)
+        }
+    }
+
+    private func apply(_ message: MQTTMessage, to device: DeviceID, route: InputRoute<Row>) {
+        let key = FailedAttempts.key(message)
+        if attempts.exhausted(key) {
+            attempts.forget(key)
+            counters.count("dropped")
+            counters.error()
+            logger.error("message dropped after repeated store failures",
+                         ["mqtt.topic": message.topic, "payload": String(decoding: message.payload.prefix(200), as: UTF8.self)])
+            batch.effects.append(.publish(event(device, .error(code: ErrorCode.internal.rawValue, message:
+                "\(route.name): dropped after \(FailedAttempts.limit) failed attempts to store it"))))
+            return
+        }
+        batch.messages.append(key)
+        let work: Work<Row>
+        do { work = try self.work(device) } catch { fail(error, culprit: nil); return }
+        do {
+            try db.transaction { try route.run(message, work) }
+            cache.update(device, work.entry)
+            batch.effects += work.effects
+        } catch let refusal as InputRefusal {
+            counters.error()
+            batch.effects.append(.publish(event(device, .error(code: refusal.code.rawValue, message: refusal.message))))
+        } catch is Redelivered {
+            counters.count("redelivered")
+        } catch {
+            fail(error, culprit: key)
+        }
+    }
+
+    private func command(_ message: MQTTMessage, device: DeviceID, name: String) {
+        guard let route = commands[name] else {
+            guard routes.answersUnknownCommands, !CommandCatalog.all.contains(name) else { return }  // another service's
+            if case .success(let command) = IncomingCommand.parse(message, device: device, name: name) {
+                batch.effects.append(.reply(command, .failure(id: command.request.id, CommandError(.notFound, "no command named '\(name)'"))))
+            }
+            return
+        }
+        let command: IncomingCommand
+        switch IncomingCommand.parse(message, device: device, name: name) {
+        case .success(let parsed): command = parsed
+        case .failure(let refusal): batch.effects.append(.reply(refusal.command, refusal.reply)); return
+        }
+        let id = command.request.id
+        switch (route.scope, device.isReserved) {
+        case (.device, true):
+            batch.effects.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)"))))
+            return
+        case (.fleet, false):
+            batch.effects.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a fleet command: send it to \(DeviceID.fleet)"))))
+            return
+        default: break
+        }
+        do {
+            let work = try self.work(device)
+            let result = try db.transaction { try JSONValue(encoding: route.run(command, work)) }
+            cache.update(device, work.entry)
+            batch.effects += work.effects
+            batch.effects.append(.reply(command, .success(id: id, result)))
+        } catch let error as CommandError {
+            batch.effects.append(.reply(command, .failure(id: id, error)))
+        } catch {
+            logger.error("command failed", ["command": name, "device": device.rawValue, "error": "\(error)"])
+            batch.effects.append(.reply(command, .failure(id: id, CommandError(.internal, "store failed: \(error)"))))
+            // SQLite may have ended the whole batch with it.
+            if db.isAutocommit { fail(error, culprit: nil) }
+        }
+    }
+
+    /// A device's state for one unit of work: from the cache, else the store.
+    private func work(_ device: DeviceID) throws -> Work<Row> {
+        var entry: DeviceEntry<Row>
+        if let cached = cache.get(device) {
+            entry = cached
+        } else {
+            entry = try load(device)
+            cache.insertClean(device, entry)
+        }
+        if let acked = outbox?.ackedThrough(device) { entry.ackedThrough = max(entry.ackedThrough, acked) }
+        return Work(device: device, nowMs: clock.nowMs(), epoch: epoch, entry: entry, topics: topics,
+                    outbox: routes.outbox, retention: retention)
+    }
+
+    private func load(_ device: DeviceID) throws -> DeviceEntry<Row> {
+        guard let stored = try store.entry(device) else {
+            return DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0)
+        }
+        let (row, warning) = try rows.decode(stored.row)
+        if let warning { logger.warning(warning, ["device": device.rawValue]) }
+        let inputs = (try? JSONCoding.decoder.decode([String: InputMark].self, from: stored.inputs)) ?? [:]
+        return DeviceEntry(row: row, inputs: inputs, ackedThrough: stored.ackedThrough)
+    }
+
+    /// Marks the batch as not storable. A message whose own savepoint failed
+    /// for a reason of its own (not the machine's) has the attempt counted.
+    private func fail(_ error: any Error, culprit: UInt64?) {
+        if let culprit, !((error as? StoreError)?.isEnvironmental ?? false) { attempts.record(culprit) }
+        if batch.failure == nil { batch.failure = error }
+    }
+
+    private func event(_ device: DeviceID, _ body: Event.Body) -> MQTTMessage {
+        MQTTMessage(topic: topics.events(device), payload: Array(JSONCoding.encode(Event(device: device, timeMs: clock.nowMs(), body))))
+    }
+
+    // MARK: Commit (network thread, before acknowledgements are written)
+
+    /// Writes the changed rows and commits the batch, then publishes what it
+    /// produced. Returns false when the batch could not be stored: then
+    /// nothing of it is acknowledged, and the broker sends it again.
+    public func commit() -> Bool {
+        guard db.hasOpenBatch || batch.failure != nil else { return true }
+        if batch.failure == nil {
+            do {
+                for (device, entry) in cache.dirtyEntries {
+                    try store.save(device, row: rows.encode(entry.row), inputs: Array(JSONCoding.encode(entry.inputs)))
+                }
+                try db.commitBatch()
+                counters.count("commits")
+                cache.markClean()
+                batch.messages.forEach { attempts.forget($0) }
+                consecutiveFailures = 0
+                perform(batch.effects)
+                batch = Batch()
+                cache.evictIfNeeded()
+                return true
+            } catch {
+                batch.failure = error
+            }
+        }
+        return abandonBatch()
+    }
+
+    private func abandonBatch() -> Bool {
+        let error = batch.failure.map { "\($0)" } ?? "unknown"
+        try? db.rollbackBatch()
+        cache.discardDirty()
+        counters.count("storeFailures")
+        consecutiveFailures += 1
+        logger.error("batch not stored; it will be redelivered", ["error": error, "messages": "\(batch.messages.count)"])
+        batch = Batch()
+        // Each retry comes back at once: wait a little longer every time (up to 5 s).
+        usleep(useconds_t(min(5_000_000, 50_000 << min(consecutiveFailures - 1, 7))))
+        return false
+    }
+
+    private func perform(_ effects: [Effect]) {
+        for effect in effects {
+            switch effect {
+            case .publish(let message): publish(message)
+            case .outbox(let device, let seq, let body):
+                do { try outbox?.send(device, seq: seq, body: body, on: bus) } catch {
+                    logger.warning("internal message refused by the client; republished at the next start",
+                                   ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
+                }
+            case .reply(let command, let reply): publish(CommandReplyMessage(command, reply).message(topics))
+            case .count(let name, let n): counters.count(name, n)
+            case .processed(let n): counters.processed(n)
+            case .lag(let ms): counters.lag(ms)
+            case .errors(let n): counters.error(n)
+            }
+        }
+    }
+
+    private func publish(_ message: MQTTMessage) {
+        do { try bus.publish(message, acknowledged: nil) } catch {
+            logger.warning("message not published", ["mqtt.topic": message.topic, "error": "\(error)"])
+        }
+    }
+
+    // MARK: Periodic work and lifecycle
+
+    /// The periodic sweep, the outbox watermarks and the trims they allow.
+    public func tick() {
+        if batch.failure == nil, !db.hasOpenBatch { try? db.openBatch() }
+        do {
+            try saveWatermarks()
+            if let sweep = routes.sweep {
+                for device in try sweep.candidates(clock.nowMs()) {
+                    let work = try self.work(device)
+                    try db.transaction { try sweep.apply(work) }
+                    cache.update(device, work.entry)
+                    batch.effects += work.effects
+                }
+            }
+        } catch {
+            logger.error("periodic work failed", ["error": "\(error)"])
+            fail(error, culprit: nil)
+        }
+        counters.queueDepth(Int64(outbox?.pendingCount ?? 0))
+    }
+
+    /// Saves the outbox watermarks that moved and trims the outbox log below them.
+    private func saveWatermarks() throws {
+        guard let outbox, let route = routes.outbox else { return }
+        let moved = outbox.takeUnsaved()
+        do {
+            let keep = Int64(retention[ObjectIdentifier(route.log)]?.keepPerDevice ?? 0)
+            for (device, acked) in moved {
+                try store.saveAckedThrough(device, acked)
+                if let highest = outbox.highestSent(device) { try route.log.trim(device, through: min(acked, highest - keep)) }
+            }
+        } catch {
+            outbox.unsave(moved)
+            throw error
+        }
+    }
+
+    /// After each (re)connect; on the first, publish whatever the last run
+    /// may not have delivered (later reconnects resend by themselves).
+    public func connected(reconnect: Bool) {
+        guard !reconnect, let outbox, let route = routes.outbox else { return }
+        do {
+            let pending = try store.unacknowledged(in: route.log)
+            for (device, seq, body) in pending { try outbox.send(device, seq: seq, body: Array(body.utf8), on: bus) }
+            if !pending.isEmpty { logger.info("republished unacknowledged messages", ["count": "\(pending.count)"]) }
+        } catch {
+            logger.error("cannot read the outbox", ["error": "\(error)"])
+        }
+    }
+
+    /// Graceful stop, after the network thread ended: save the watermarks,
+    /// and checkpoint so the `.sqlite` file alone holds everything.
+    public func close() {
+        if batch.failure == nil, !db.hasOpenBatch { try? db.openBatch() }
+        do { try saveWatermarks() } catch { logger.error("cannot save the outbox watermarks", ["error": "\(error)"]) }
+        _ = commit()
+        do { try db.checkpoint() } catch { logger.error("checkpoint failed", ["error": "\(error)"]) }
+    }
+
+    /// Devices whose state is in memory now.
+    public var cachedDevices: Int { cache.count }
+}
+
+/// How often each message failed to be stored, so one that keeps failing for
+/// a reason of its own is dropped (loudly) instead of blocking the queue.
+struct FailedAttempts {
+    static let limit = 3
+    private var counts: [UInt64: Int] = [:]
+
+    static func key(_ message: MQTTMessage) -> UInt64 {
+        // FNV-1a over topic and payload: the same message redelivered has the same key.
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in message.topic.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        for byte in message.payload { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return hash
+    }
+
+    func exhausted(_ key: UInt64) -> Bool { counts[key, default: 0] >= Self.limit }
+
+    mutating func record(_ key: UInt64) {
+        if counts.count > 10_000 { counts.removeAll() }  // bounded: a storm of distinct failures starts the count over
+        counts[key, default: 0] += 1
+    }
+
+    mutating func forget(_ key: UInt64) { if !counts.isEmpty { counts[key] = nil } }
+}
+
+/// At most `perMinute` log lines a minute for one noisy cause.
+struct RateLimit {
+    let perMinute: Int
+    private var windowStartMs: Int64?
+    private var used = 0
+
+    init(perMinute: Int) { self.perMinute = perMinute }
+
+    mutating func allow(nowMs: Int64) -> Bool {
+        if windowStartMs.map({ nowMs - $0 >= 60_000 }) ?? true { windowStartMs = nowMs; used = 0 }
+        used += 1
+        return used <= perMinute
+    }
+}

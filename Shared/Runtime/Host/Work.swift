@@ -1,0 +1,107 @@
+import Bus
+import Foundation
+import Model
+
+/// The last seq applied from one producer's input, and that producer's epoch.
+struct InputMark: Codable, Equatable {
+    var epoch: String?
+    var seq: Int64
+}
+
+/// A device's state as the host keeps it: the service's row, the seq
+/// watermark of each sequenced input, the outbox watermark.
+struct DeviceEntry<Row> {
+    var row: Row
+    var inputs: [String: InputMark]
+    var ackedThrough: Int64
+}
+
+/// Something the host does once the batch that produced it is committed.
+enum Effect {
+    case publish(MQTTMessage)
+    case outbox(DeviceID, seq: Int64, body: [UInt8])
+    case reply(IncomingCommand, CommandReply)
+    case count(String, Int64)
+    case processed(Int64)
+    case lag(Int64)
+    case errors(Int64)
+}
+
+/// One message's (or command's, or sweep's) work on one device: the
+/// service changes `row`, appends to its logs, and asks for events and
+/// messages; the host stores the row and the logs in the message's
+/// savepoint and publishes only after the batch commits.
+public final class Work<Row> {
+    public let device: DeviceID
+    /// Wall-clock time when the host took the message.
+    public let nowMs: Int64
+    /// This service's store identity, to stamp on the internal messages it sends.
+    public let epoch: String
+    public var row: Row
+    var inputs: [String: InputMark]
+    var ackedThrough: Int64
+    var effects: [Effect] = []
+    /// Set when the row (or a watermark) changed and must be written.
+    var changed = false
+    private let topics: Topics
+    private let outbox: OutboxRoute?
+    private let retention: [ObjectIdentifier: LogRetention]
+
+    init(device: DeviceID, nowMs: Int64, epoch: String, entry: DeviceEntry<Row>, topics: Topics,
+         outbox: OutboxRoute?, retention: [ObjectIdentifier: LogRetention]) {
+        self.device = device; self.nowMs = nowMs; self.epoch = epoch
+        self.row = entry.row; self.inputs = entry.inputs; self.ackedThrough = entry.ackedThrough
+        self.topics = topics; self.outbox = outbox; self.retention = retention
+    }
+
+    var entry: DeviceEntry<Row> { DeviceEntry(row: row, inputs: inputs, ackedThrough: ackedThrough) }
+
+    /// An event on this device's event stream.
+    public func emit(_ body: Event.Body, timeMs: Int64? = nil) {
+        emit(Event(device: device, timeMs: timeMs ?? nowMs, body))
+    }
+
+    public func emit(_ event: Event) {
+        effects.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event)))))
+    }
+
+    /// Any other message (a live frame, a request to another service).
+    public func publish(_ message: MQTTMessage) { effects.append(.publish(message)) }
+
+    /// Stores an internal message in the outbox log and publishes it after the commit.
+    public func send(seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
+        guard let outbox else { preconditionFailure("this service declared no outbox") }
+        try append(to: outbox.log, seq: seq, sessionID: sessionID, timeMs: timeMs, body: body)
+        effects.append(.outbox(device, seq: seq, body: body))
+    }
+
+    /// Appends to one of the service's logs, trimming it to its retention
+    /// every 256 seqs (an outbox never past what the broker acknowledged).
+    public func append(to log: DeviceLog, seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
+        try log.append(device, seq: seq, sessionID: sessionID, timeMs: timeMs, body: body)
+        if seq % 256 == 0, let keep = retention[ObjectIdentifier(log)]?.keepPerDevice {
+            var through = seq - Int64(keep)
+            if log === outbox?.log { through = min(through, ackedThrough) }
+            try log.trim(device, through: through)
+        }
+    }
+
+    public func count(_ counter: String, _ n: Int64 = 1) { effects.append(.count(counter, n)) }
+    public func processed(_ n: Int64 = 1) { effects.append(.processed(n)) }
+    public func lag(_ ms: Int64) { effects.append(.lag(ms)) }
+
+    /// Whether a sequenced message is new: above the input's watermark, or
+    /// from a producer that started over (a new epoch, announced once).
+    func admit<M: Sequenced>(_ message: M, input: String) -> Bool {
+        let mark = inputs[input]
+        if let mark, let epoch = message.epoch, let previous = mark.epoch, epoch != previous {
+            emit(.diagnostic(code: "producerReset", message:
+                "\(input): the producer's store was replaced (epoch \(previous) → \(epoch)); its numbering restarts at seq \(message.seq)"))
+            inputs[input] = InputMark(epoch: epoch, seq: message.seq)
+            return true
+        }
+        if let mark, message.seq <= mark.seq { return false }
+        inputs[input] = InputMark(epoch: message.epoch ?? mark?.epoch, seq: message.seq)
+        return true
+    }
+}
