@@ -45,11 +45,13 @@ let package = Package(
 
         // Tests.
         .testTarget(name: "ModelTests", dependencies: ["Model", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "RuntimeTests", dependencies: ["Runtime", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "RuntimeTests", dependencies: ["Runtime", "Store", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "StoreTests", dependencies: ["Store"], swiftSettings: strict),
         .testTarget(name: "GatewayCoreTests", dependencies: ["GatewayCore", "TestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "FilterCoreTests", dependencies: ["FilterCore", "TestSupport"],
+                    swiftSettings: strict),
+        .testTarget(name: "ServiceTests", dependencies: ["Gateway", "Filter", "Runtime", "TestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "EndToEndTests",
                     dependencies: ["Model", "Bus", "TestSupport", "FilterCore", "Gateway", "Filter", "Ctl"],

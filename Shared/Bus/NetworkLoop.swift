@@ -117,9 +117,14 @@ final class NetworkLoop: @unchecked Sendable {
             if socket < 0 {
                 if isStopping { return }
                 if everAttempted {
-                    // Connection lost: reconnect with backoff (1 s … 10 s), interruptible by stop().
+                    // Connection lost: reconnect with backoff (1 s … 10 s). Only stop()
+                    // cuts it short: publishes wake the loop too, and must not turn
+                    // the backoff into a burst of failing attempts.
                     reconnectAttempt += 1
-                    waitForWake(milliseconds: Int32(min(10, reconnectAttempt) * 1_000))
+                    let deadline = DispatchTime.now() + .seconds(min(10, reconnectAttempt))
+                    while !isStopping, DispatchTime.now() < deadline {
+                        waitForWake(milliseconds: Int32(max(1, (deadline.uptimeNanoseconds - min(deadline.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000)))
+                    }
                     if isStopping { return }
                 }
                 let rc = everAttempted ? mosquitto_reconnect(mosq) : (connector.withLock { $0 }?() ?? MOSQ_ERR_INVAL.rawValue)

@@ -2,6 +2,8 @@ import Foundation
 
 public enum LogLevel: String, Sendable, CaseIterable, Comparable {
     case debug, info, warning, error
+    /// Above every level: as a minimum, nothing is logged.
+    case off
     var rank: Int { Self.allCases.firstIndex(of: self)! }
     public static func < (a: LogLevel, b: LogLevel) -> Bool { a.rank < b.rank }
 }

@@ -1,8 +1,10 @@
+import Model
 import Synchronization
 
 /// A clock that moves only when the test says so. Sleepers wake when
-/// `advance` passes their deadline.
-public final class ManualClock: Clock, Sendable {
+/// `advance` passes their deadline. As a `WallClock` it reads `startMs`
+/// plus however far the test moved it.
+public final class ManualClock: Clock, WallClock, Sendable {
     public struct Instant: InstantProtocol {
         public var offset: Duration
         public init(offset: Duration) { self.offset = offset }
@@ -25,8 +27,14 @@ public final class ManualClock: Clock, Sendable {
     }
 
     private let state = Mutex(State())
+    public let startMs: Int64
 
-    public init() {}
+    public init(startMs: Int64 = 1_800_000_000_000) { self.startMs = startMs }
+
+    public func nowMs() -> Int64 {
+        let offset = now.offset.components
+        return startMs + offset.seconds * 1000 + offset.attoseconds / 1_000_000_000_000_000
+    }
 
     public var now: Instant { state.withLock { $0.now } }
     public var minimumResolution: Duration { .zero }

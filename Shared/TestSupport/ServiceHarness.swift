@@ -16,8 +16,11 @@ public final class ServiceHarness: @unchecked Sendable {
     public private(set) var process: ChildProcess?
     private var runs = 0
 
-    /// The directory of the running test or benchmark binary, where SwiftPM puts the executables.
+    /// Where the service executables are: `TRACKER_BIN_DIR` when set (to run
+    /// the same tests or benchmarks against another build), else the
+    /// directory of the running test or benchmark binary, where SwiftPM puts them.
     public static var binaryDirectory: URL {
+        if let override = ProcessInfo.processInfo.environment["TRACKER_BIN_DIR"] { return URL(fileURLWithPath: override) }
         let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
         // An .xctest bundle on macOS nests the binary; on Linux it sits beside the executables.

@@ -13,7 +13,9 @@ public final class TestBroker: @unchecked Sendable {
     private let executable: String
     private let config: URL
 
-    public init() throws {
+    /// `persistent`: the broker saves its sessions and queues to disk when it
+    /// stops (as the product's brokers do), so `restart(graceful: true)` keeps them.
+    public init(persistent: Bool = false) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
@@ -26,7 +28,10 @@ public final class TestBroker: @unchecked Sendable {
                 max_queued_messages 0
                 max_inflight_messages 0
                 set_tcp_nodelay true
-                persistence false
+                persistence \(persistent)
+                persistence_location \(directory.path)/
+                # Started as root, mosquitto would switch to its own user, which cannot write here.
+                user \(NSUserName())
                 log_dest stderr
                 log_type error
                 log_type warning
@@ -48,11 +53,21 @@ public final class TestBroker: @unchecked Sendable {
         throw lastError ?? TestSupportError("mosquitto did not start")
     }
 
-    /// Kills the broker (SIGKILL: clients see the connection drop) and starts
-    /// it again on the same port; with persistence off, every session is gone.
-    public func restart() throws {
-        process.kill(SIGKILL)
+    /// Stops the broker (SIGKILL, or SIGTERM when `graceful`, which lets a
+    /// persistent broker save its state; clients see the connection drop
+    /// either way) and starts it again on the same port.
+    public func restart(graceful: Bool = false) throws {
+        stop(graceful: graceful)
+        try start()
+    }
+
+    /// Stops the broker; `start` brings it back on the same port.
+    public func stop(graceful: Bool = false) {
+        process.kill(graceful ? SIGTERM : SIGKILL)
         _ = process.wait(timeout: 5)
+    }
+
+    public func start() throws {
         process = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                    logFile: directory.appendingPathComponent("mosquitto.log").path)
         guard waitForPort(port, timeout: 5) else { throw TestSupportError("mosquitto did not come back on port \(port)") }

@@ -37,6 +37,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private let logger: Logger
     private let counters: HealthCounters
     private let clock: any WallClock
+    /// How the host waits before a failed batch is redelivered (injected in tests).
+    private let pause: (Duration) -> Void
     public let epoch: String
 
     private var batch = Batch()
@@ -52,7 +54,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
-                cacheCapacity: Int = 10_000) throws {
+                cacheCapacity: Int = 10_000, pause: @escaping (Duration) -> Void = { Thread.sleep(forTimeInterval: Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) }) throws {
         name = definition.name
         db = try Database(path: databasePath)
         var migrator = Migrator()
@@ -72,6 +74,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         self.logger = logger
         self.counters = counters
         self.clock = clock
+        self.pause = pause
         if let route = routes.outbox {
             let topic = route.topic
             let outbox = Outbox(topic: { [topics] in topic(topics, $0) })
@@ -256,8 +259,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         consecutiveFailures += 1
         logger.error("batch not stored; it will be redelivered", ["error": error, "messages": "\(batch.messages.count)"])
         batch = Batch()
-        // Each retry comes back at once: wait a little longer every time (up to 5 s).
-        usleep(useconds_t(min(5_000_000, 50_000 << min(consecutiveFailures - 1, 7))))
+        // The broker redelivers at once: wait a little longer every time (50 ms … 5 s).
+        pause(Self.backoff(afterFailures: consecutiveFailures))
         return false
     }
 
@@ -345,8 +348,19 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         do { try db.checkpoint() } catch { logger.error("checkpoint failed", ["error": "\(error)"]) }
     }
 
+    /// The pause before a failed batch comes back: doubling from 50 ms, at most 5 s.
+    static func backoff(afterFailures n: Int) -> Duration {
+        .milliseconds(min(5_000, 50 << min(max(n - 1, 0), 7)))
+    }
+
     /// Devices whose state is in memory now.
     public var cachedDevices: Int { cache.count }
+
+    var queueDepthForTests: Int { outbox?.pendingCount ?? 0 }
+
+    func logCountForTests(_ table: String, _ device: String) throws -> Int {
+        try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device)]) { $0.int(0) } ?? 0
+    }
 }
 
 /// How often each message failed to be stored, so one that keeps failing for

@@ -1,0 +1,230 @@
+import Bus
+import Foundation
+import Logging
+import Model
+@testable import Runtime
+import Store
+import TestSupport
+import Testing
+
+/// A message of the test service: numbered like every internal message.
+struct Item: Codable, Sequenced {
+    var seq: Int64
+    var epoch: String?
+    var value: Int64
+    /// "refuse" (bad input), "store" (a store error of its own), "disk" (the machine's).
+    var fail: String?
+}
+
+struct Tally: Codable, Equatable {
+    var total: Int64 = 0
+    var applied: [Int64] = []
+}
+
+/// A service with one sequenced input (`raw`), one external one (`fixes`),
+/// an outbox log and a command: small enough to check the host alone.
+func tallyService(keep: Int = 1_000) -> ServiceDefinition<Tally> {
+    ServiceDefinition(name: "filter", migrations: [("items", DeviceLog.schema("items"))], rows: .json(fresh: { Tally() })) { db in
+        let items = try DeviceLog(db: db, table: "items")
+        let apply: (Item, Work<Tally>) throws -> Void = { item, work in
+            switch item.fail {
+            case "refuse": throw InputRefusal(.badInput, "value: refused")
+            case "store": throw StoreError(code: 19, message: "constraint failed", sql: nil)
+            case "disk": throw StoreError(code: 13, message: "database or disk is full", sql: nil)
+            default: break
+            }
+            work.row.total += item.value
+            work.row.applied.append(item.seq)
+            try work.send(seq: item.seq, sessionID: nil, timeMs: nil, body: Array("\(item.value)".utf8))
+            work.emit(.diagnostic(code: "applied", message: "\(item.seq)"))
+        }
+        return Routes(
+            inputs: [.sequenced("raw", decode: { try JSONDecoder().decode(Item.self, from: Data($0)) }, apply: apply)],
+            commands: [
+                CommandRoute("getDecisions") { _, work in work.row.total },
+                CommandRoute("getRawPoints") { _, _ in throw CommandError(.notReady, "off") },
+            ],
+            outbox: OutboxRoute(log: items) { "\($0.prefix)/\($1)/points" },
+            retention: [LogRetention(items, keepPerDevice: keep)])
+    }
+}
+
+/// A host over a temporary database, driven as the network loop drives it.
+final class HostHarness {
+    let bus = RecordingBus()
+    let counters = HealthCounters()
+    let path: String
+    let pauses = PauseLog()
+    var host: ServiceHost<Tally>!
+
+    init(capacity: Int = 100, keep: Int = 1_000, path: String? = nil) throws {
+        self.path = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("host-\(UUID().uuidString).sqlite").path
+        host = try make(capacity: capacity, keep: keep)
+    }
+
+    func make(capacity: Int, keep: Int) throws -> ServiceHost<Tally> {
+        try ServiceHost(tallyService(keep: keep), databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                        counters: counters, cacheCapacity: capacity, pause: { [pauses] in pauses.record($0) })
+    }
+
+    /// A fresh host on the same file, as after kill -9 (nothing closed, nothing saved).
+    func restart() throws {
+        host = nil
+        host = try make(capacity: 100, keep: 1_000)
+    }
+
+    func item(_ device: String, _ seq: Int64, _ value: Int64, fail: String? = nil, epoch: String? = "e1") -> MQTTMessage {
+        MQTTMessage(topic: "tracker/\(device)/raw", payload: Array(JSONCoding.encode(Item(seq: seq, epoch: epoch, value: value, fail: fail))))
+    }
+
+    /// One pass of the loop: these messages read, then the commit hook.
+    @discardableResult
+    func pass(_ messages: [MQTTMessage]) -> Bool {
+        messages.forEach(host.receive)
+        return host.commit()
+    }
+
+    func events(_ code: String) -> [String] {
+        bus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+            .compactMap { if case .diagnostic(code, let m) = $0.body { m } else if case .error(code, let m) = $0.body { m } else { nil } }
+    }
+
+    func total(_ device: String) throws -> Int64? {
+        let command = MQTTMessage(topic: "tracker/\(device)/cmd/getDecisions", payload: [], responseTopic: "r/\(device)")
+        bus.clear()
+        pass([command])
+        let reply = try #require(bus.messages(topicSuffix: "r/\(device)").last)
+        return try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).result?.int64Value
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+final class PauseLog: @unchecked Sendable {
+    private(set) var pauses: [Duration] = []
+    func record(_ d: Duration) { pauses.append(d) }
+}
+
+@Suite struct ServiceHostTests {
+    @Test func aRefusedMessageUndoesOnlyItselfAndNothingIsPublishedBeforeTheCommit() throws {
+        let h = try HostHarness()
+        h.host.receive(h.item("a", 1, 5))
+        h.host.receive(h.item("a", 2, 7, fail: "refuse"))
+        h.host.receive(h.item("a", 3, 11))
+        #expect(h.bus.messages.isEmpty)  // read, not yet committed: nothing leaves
+        #expect(h.host.commit())
+        #expect(h.bus.messages(topicSuffix: "/points").map(\.string) == ["5", "11"])
+        #expect(h.events("badInput") == ["value: refused"])
+        #expect(h.events("applied") == ["1", "3"])
+        #expect(try h.total("a") == 16)
+    }
+
+    @Test func aBatchThatCannotBeStoredIsNotAcknowledgedAndLeavesNoTrace() throws {
+        let h = try HostHarness()
+        #expect(h.pass([h.item("a", 1, 5)]))
+        h.bus.clear()
+        // A store failure: the whole batch rolls back, nothing is published, the hook says "do not acknowledge".
+        #expect(!h.pass([h.item("a", 2, 7), h.item("a", 3, 1, fail: "store")]))
+        #expect(h.bus.messages.isEmpty)
+        #expect(try h.total("a") == 5)
+        // The broker redelivers; without the culprit's fault (say it was fixed) all of it applies once.
+        #expect(h.pass([h.item("a", 2, 7), h.item("a", 3, 1)]))
+        #expect(try h.total("a") == 13)
+        #expect(h.counters.snapshot().extra["storeFailures"] == 1)
+    }
+
+    @Test func aMessageThatKeepsFailingIsDroppedLoudlyAndTheRestFlows() throws {
+        let h = try HostHarness()
+        let batch = [h.item("a", 1, 5), h.item("a", 2, 7, fail: "store"), h.item("a", 3, 11)]
+        for _ in 1...FailedAttempts.limit { #expect(!h.pass(batch)) }
+        // The next redelivery drops the culprit with an error event; its neighbours are stored.
+        #expect(h.pass(batch))
+        #expect(h.events("internal").count == 1)
+        #expect(try h.total("a") == 16)
+        #expect(h.counters.snapshot().extra["dropped"] == 1)
+    }
+
+    @Test func aFullDiskNeverDropsAMessage() throws {
+        let h = try HostHarness()
+        let batch = [h.item("a", 1, 5, fail: "disk")]
+        for _ in 1...(FailedAttempts.limit + 3) { #expect(!h.pass(batch)) }
+        #expect(h.events("internal").isEmpty)
+        // Each redelivery waits longer: 50 ms doubling.
+        #expect(h.pauses.pauses == [50, 100, 200, 400, 800, 1_600].map { .milliseconds($0) })
+        #expect(h.pass([h.item("a", 1, 5)]))
+        #expect(try h.total("a") == 5)
+    }
+
+    @Test func everySeqIsAppliedOnceAndANewProducerEpochStartsOver() throws {
+        let h = try HostHarness()
+        h.pass([h.item("a", 1, 1), h.item("a", 2, 2), h.item("a", 2, 2), h.item("a", 1, 1)])
+        h.pass([h.item("a", 2, 2), h.item("a", 3, 3)])
+        #expect(try h.total("a") == 6)
+        #expect(h.counters.snapshot().extra["redelivered"] == 3)
+        // The producer lost its store and numbers from 1 again: announced once, applied.
+        h.bus.clear()
+        h.pass([h.item("a", 1, 10, epoch: "e2"), h.item("a", 2, 20, epoch: "e2")])
+        #expect(h.events("producerReset").count == 1)
+        #expect(try h.total("a") == 36)
+        // Watermarks survive a restart with the rows.
+        try h.restart()
+        h.pass([h.item("a", 2, 20, epoch: "e2"), h.item("a", 3, 30, epoch: "e2")])
+        #expect(try h.total("a") == 66)
+    }
+
+    @Test func theOutboxIsPublishedAfterCommitAndRepublishedAfterACrash() throws {
+        let h = try HostHarness()
+        h.host.connected(reconnect: false)
+        h.pass((1...5).map { h.item("a", Int64($0), Int64($0)) })
+        #expect(h.bus.messages(topicSuffix: "/points").count == 5)
+        #expect(h.host.queueDepthForTests == 5)
+        h.bus.acknowledgeAll()
+        #expect(h.host.queueDepthForTests == 0)
+        h.host.tick()  // saves the watermark (5)
+        #expect(h.host.commit())
+        h.pass((6...8).map { h.item("a", Int64($0), Int64($0)) })  // published, never acknowledged
+        // kill -9: a new host republishes exactly what the broker never confirmed.
+        h.bus.clear()
+        try h.restart()
+        h.host.connected(reconnect: false)
+        #expect(h.bus.messages(topicSuffix: "/points").map(\.string) == ["6", "7", "8"])
+        // A reconnect is the bus's business (it resends by itself): nothing again from here.
+        h.bus.clear()
+        h.host.connected(reconnect: true)
+        #expect(h.bus.messages.isEmpty)
+    }
+
+    @Test func theOutboxLogIsTrimmedToItsRetentionOnlyBelowTheAcknowledged() throws {
+        let h = try HostHarness(keep: 10)
+        h.pass((1...300).map { h.item("a", Int64($0), 1) })
+        // Nothing acknowledged yet: nothing may go.
+        h.host.tick(); #expect(h.host.commit())
+        #expect(try h.host.logCountForTests("items", "a") == 300)
+        h.bus.acknowledgeAll()
+        h.host.tick(); #expect(h.host.commit())
+        #expect(try h.host.logCountForTests("items", "a") == 10)
+    }
+
+    @Test func memoryIsBoundedByTheCacheAndEvictedDevicesLoadAgain() throws {
+        let h = try HostHarness(capacity: 50)
+        for round in 1...3 {
+            h.pass((0..<500).map { h.item("d\($0)", Int64(round), Int64(round)) })
+            #expect(h.host.cachedDevices <= 55)
+        }
+        // Every device, evicted or not, has all three rounds.
+        for device in ["d0", "d250", "d499"] { #expect(try h.total(device) == 6) }
+    }
+
+    @Test func commandsAreRoutedGuardedAndAnswered() throws {
+        let h = try HostHarness()
+        h.pass([MQTTMessage(topic: "tracker/_fleet/cmd/getDecisions", payload: [], responseTopic: "r1"),
+                MQTTMessage(topic: "tracker/a/cmd/getRawPoints", payload: Array("{".utf8), responseTopic: "r2"),
+                MQTTMessage(topic: "tracker/a/cmd/getRawPoints", payload: [], responseTopic: "r3")])
+        let replies = Dictionary(uniqueKeysWithValues: h.bus.messages.map {
+            ($0.topic, try! JSONDecoder().decode(CommandReply.self, from: Data($0.payload)))
+        })
+        #expect(replies["r1"]?.code == "badInput")  // a per-device command sent to _fleet
+        #expect(replies["r2"]?.code == "badInput")  // not JSON
+        #expect(replies["r3"]?.code == "notReady")  // the service's own refusal
+    }
+}

@@ -1,0 +1,64 @@
+import Bus
+import Foundation
+@testable import Gateway
+import GatewayCore
+import Logging
+import Model
+import Runtime
+import TestSupport
+import Testing
+
+/// The gateway's definition on the host, in process, on a manual clock.
+@Suite struct GatewayHostTests {
+    let bus = RecordingBus()
+    let clock = ManualClock()
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("gw-\(UUID().uuidString).sqlite").path
+
+    func host(idleTimeoutSec: Double = 60) throws -> ServiceHost<GatewayRow> {
+        let reader = SettingsReader(values: ["sessionIdleTimeoutSec": .number(idleTimeoutSec)], source: "test")
+        return try ServiceHost(GatewayService.definition(try GatewaySettings(reader)), databasePath: path, bus: bus,
+                               topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                               counters: HealthCounters(), clock: clock)
+    }
+
+    func fix(_ t: Double) -> MQTTMessage {
+        MQTTMessage(topic: "tracker/van1/fixes", string: #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":5}"#)
+    }
+
+    func sessionEvents() -> [String] {
+        bus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+            .compactMap { if case .sessionStarted = $0.body { "started" } else if case .sessionStopped = $0.body { "stopped" } else { nil } }
+    }
+
+    @Test func anAutoSessionClosesWhenItsDeviceFallsSilentOnTheWallClock() throws {
+        let gateway = try host(idleTimeoutSec: 60)
+        let t = Double(clock.nowMs()) / 1000
+        for i in 0..<3 { gateway.receive(fix(t + Double(i))) }
+        #expect(gateway.commit())
+        #expect(sessionEvents() == ["started"])
+        // 59 s of silence: still open. 61 s: the sweep closes it — no real time passes.
+        clock.advance(by: .seconds(59))
+        gateway.tick(); #expect(gateway.commit())
+        #expect(sessionEvents() == ["started"])
+        clock.advance(by: .seconds(2))
+        gateway.tick(); #expect(gateway.commit())
+        #expect(sessionEvents() == ["started", "stopped"])
+        // Swept once: later ticks find nothing more to close.
+        clock.advance(by: .seconds(600))
+        gateway.tick(); #expect(gateway.commit())
+        #expect(sessionEvents() == ["started", "stopped"])
+    }
+
+    @Test func rawFixesCarryTheStoreEpochAndSeqsFromOne() throws {
+        let gateway = try host()
+        let t = Double(clock.nowMs()) / 1000
+        gateway.receive(fix(t))
+        gateway.receive(MQTTMessage(topic: "tracker/van1/fixes", string: "[\(fix(t + 1).string),\(fix(t + 1).string)]"))
+        #expect(gateway.commit())
+        let raw = bus.messages(topicSuffix: "/raw").compactMap { try? JSONDecoder().decode(RawFix.self, from: Data($0.payload)) }
+        #expect(raw.map(\.seq) == [1, 2])
+        #expect(Set(raw.map(\.epoch)) == [gateway.epoch])
+        // The same fix twice in one array: dropped once, loudly.
+        #expect(bus.messages(topicSuffix: "/events").contains { $0.string.contains("duplicateFix") })
+    }
+}
