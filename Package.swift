@@ -40,7 +40,7 @@ let package = Package(
                           path: "Services/Filter/Filter", swiftSettings: strict),
         .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime"], path: "Services/Ctl",
                           swiftSettings: strict),
-        .executableTarget(name: "Bench", dependencies: ["Model", "Bus", "Store", "TestSupport", "FilterCore"],
+        .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore"],
                           path: "Benchmarks/Bench", swiftSettings: strict),
 
         // Tests.

@@ -44,14 +44,23 @@ enum Throughput {
         return try await pump(broker, sink, payloads, leaf: "ceiling", count: count)
     }
 
+    /// Which build of a service to measure, and how.
+    struct Variant {
+        var binaries = ServiceHarness.binaryDirectory
+        var environment: [String: String] = [:]
+        static let standard = Variant()
+        /// Foundation's JSON coders instead of the hand-written fast paths.
+        static let foundationJSON = Variant(environment: ["TRACKER_JSON": "foundation"])
+    }
+
     /// Fixes published on `tracker/{d}/fixes` until the same number came out on `raw`.
-    static func gateway(_ broker: TestBroker, count: Int) async throws -> Double {
+    static func gateway(_ broker: TestBroker, count: Int, variant: Variant = .standard) async throws -> Double {
         let devices = 8
         let payloads = (0..<count).map { i in
             (topic: "tracker/bench\(i % devices)/fixes",
              payload: Array(String(format: fixTemplate, 1_700_000_000.0 + Double(i / devices), 48.1 + Double(i) * 1e-6, 11.5).utf8))
         }
-        return try await throughGateway(broker, payloads, fixes: count)
+        return try await throughGateway(broker, payloads, fixes: count, variant: variant)
     }
 
     /// The same, with devices sending their fixes `batch` at a time as JSON
@@ -73,20 +82,24 @@ enum Throughput {
 
     /// A fresh gateway, the payloads through it, and the rate until `fixes` came out on `raw`.
     private static func throughGateway(_ broker: TestBroker, _ payloads: [(topic: String, payload: [UInt8])],
-                                       fixes: Int) async throws -> Double {
+                                       fixes: Int, variant: Variant = .standard) async throws -> Double {
         let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5])
+                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5],
+                                         environment: variant.environment, binaryDirectory: variant.binaries)
         try gateway.start()
         defer { gateway.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
         try await sink.wait(description: "gateway online") { $0.contains { $0.topic.hasSuffix("/gateway") } }
-        return try await pump(broker, sink, payloads, leaf: "raw", count: fixes)
+        let rate = try await pump(broker, sink, payloads, leaf: "raw", count: fixes)
+        printCPU(gateway, messages: payloads.count)
+        return rate
     }
 
     /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
-    static func filter(_ broker: TestBroker, count: Int) async throws -> Double {
+    static func filter(_ broker: TestBroker, count: Int, variant: Variant = .standard) async throws -> Double {
         let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
-                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5])
+                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5],
+                                        environment: variant.environment, binaryDirectory: variant.binaries)
         try filter.start()
         defer { filter.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
@@ -103,7 +116,22 @@ enum Throughput {
                              latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
             return ("tracker/\(device)/raw", Array(JSONCoding.encode(raw)))
         }
-        return try await pump(broker, sink, payloads, leaf: "events", count: count)
+        let rate = try await pump(broker, sink, payloads, leaf: "events", count: count)
+        printCPU(filter, messages: count)
+        return rate
+    }
+
+    /// The service process's own CPU time per message it took (user + system,
+    /// from /proc): what the service costs, apart from the broker's share.
+    static func printCPU(_ service: ServiceHarness, messages: Int) {
+        guard let pid = service.process?.pid,
+              let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return }
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        print(String(format: "  (CPU: %.1f µs per message, %.1f user + %.1f system)",
+                     (user + system) / ticks / Double(messages) * 1e6, user / ticks / Double(messages) * 1e6, system / ticks / Double(messages) * 1e6))
     }
 
     /// FilterCore alone on one core: judgments per second over the noisy drive.

@@ -19,6 +19,8 @@ case "sweep":
     try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
 case "trace" where arguments.count == 2:
     try Trace.run(path: arguments[1])
+case "host":
+    try HostBench.run(count: count)
 case "store":
     try StoreBench.run(count: count)
 case "filter-core":
@@ -33,13 +35,24 @@ case "all", "gateway", "filter":
                  ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
     // A do-nothing relay over the same two hops: the most any service on this path can reach here.
     ratioLine("relay fixes→raw (no work)", try await Relay.measure(broker, count: count), ceiling)
+    // Another build measured in the same run (TRACKER_BASELINE_BIN=DIR): before/after a change.
+    let baseline = ProcessInfo.processInfo.environment["TRACKER_BASELINE_BIN"].map {
+        Throughput.Variant(binaries: URL(fileURLWithPath: $0))
+    }
     if arguments.first != "filter" {
         ratioLine("gateway fixes→raw", try await Throughput.gateway(broker, count: count), ceiling)
+        // The hand-written JSON paths earn their code only if this line is clearly lower.
+        ratioLine("gateway, Foundation JSON", try await Throughput.gateway(broker, count: count, variant: .foundationJSON), ceiling)
+        if let baseline { ratioLine("gateway, baseline build", try await Throughput.gateway(broker, count: count, variant: baseline), ceiling) }
         // Not the measure (that is one fix per message): what the
         // gateway does when devices batch, in fixes per second.
         ratioLine("gateway, 10-fix batches", try await Throughput.gatewayBatched(broker, count: count, batch: 10), ceiling, unit: "fix/s")
     }
-    if arguments.first != "gateway" { ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling) }
+    if arguments.first != "gateway" {
+        ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling)
+        ratioLine("filter, Foundation JSON", try await Throughput.filter(broker, count: count, variant: .foundationJSON), ceiling)
+        if let baseline { ratioLine("filter, baseline build", try await Throughput.filter(broker, count: count, variant: baseline), ceiling) }
+    }
     if arguments.first == "all" {
         print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
         try Quality.run(seeds: [1, 2, 3, 4, 5])

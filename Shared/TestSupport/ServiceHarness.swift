@@ -28,8 +28,9 @@ public final class ServiceHarness: @unchecked Sendable {
         return url
     }
 
-    public init(executable: String, broker: TestBroker, config: [String: Any]? = nil, environment: [String: String] = [:]) throws {
-        self.executable = Self.binaryDirectory.appendingPathComponent(executable).path
+    public init(executable: String, broker: TestBroker, config: [String: Any]? = nil, environment: [String: String] = [:],
+                binaryDirectory: URL = ServiceHarness.binaryDirectory) throws {
+        self.executable = binaryDirectory.appendingPathComponent(executable).path
         guard FileManager.default.isExecutableFile(atPath: self.executable) else {
             throw TestSupportError("\(self.executable) is not built; run `swift build` first")
         }

@@ -32,10 +32,10 @@ final class DeviceCache<Entry> {
         entries[device] = Slot(entry: entry, used: tick)
     }
 
-    /// Records a changed entry; it is written at the next commit.
-    func update(_ device: DeviceID, _ entry: Entry) {
-        tick &+= 1
-        entries[device] = Slot(entry: entry, used: tick)
+    /// Changes a cached entry in place; it is written at the next commit.
+    func modify(_ device: DeviceID, _ body: (inout Entry) -> Void) {
+        guard entries[device] != nil else { return }
+        body(&entries[device]!.entry)
         dirty.insert(device)
     }
 

@@ -86,27 +86,28 @@ public struct InputRoute<Row> {
     /// name of the input's seq watermark.
     public let name: String
     let filter: (Topics) -> String
-    let device: (Topics, String) -> Topics.Parsed
+    /// Whether the host keeps a seq watermark for this input.
+    let sequenced: Bool
     let run: (MQTTMessage, Work<Row>) throws -> Void
 
     /// A message from outside (a device, OwnTracks): no seq of ours.
     public static func external(_ name: String, filter: @escaping (Topics) -> String,
                                 apply: @escaping (MQTTMessage, Work<Row>) throws -> Void) -> InputRoute {
-        InputRoute(name: name, filter: filter, device: { $0.parse($1) }, run: apply)
+        InputRoute(name: name, filter: filter, sequenced: false, run: apply)
     }
 
     /// An internal message on `{prefix}/+/{name}`: the host applies each
     /// seq once per producer epoch, whatever the broker redelivers.
     public static func sequenced<M: Sequenced>(_ name: String, decode: @escaping ([UInt8]) throws -> M,
                                                apply: @escaping (M, Work<Row>) throws -> Void) -> InputRoute {
-        InputRoute(name: name, filter: { "\($0.prefix)/+/\(name)" }, device: { $0.parse($1) }) { message, work in
+        InputRoute(name: name, filter: { "\($0.prefix)/+/\(name)" }, sequenced: true) { message, work in
             let decoded: M
             do {
                 decoded = try decode(message.payload)
             } catch {
                 throw InputRefusal(.badInput, "\(name): unreadable internal message: \(DecodingErrorText.describe(any: error))")
             }
-            guard work.admit(decoded, input: name) else { throw Redelivered() }
+            guard work.admit(decoded) else { throw Redelivered() }
             try apply(decoded, work)
         }
     }

@@ -47,9 +47,15 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private var invalidTopicLogs = RateLimit(perMinute: 10)
 
     struct Batch {
-        var effects: [Effect] = []
+        let effects = BatchEffects()
         var failure: (any Error)?
         var messages: [UInt64] = []
+
+        mutating func reset() {
+            effects.reset()
+            failure = nil
+            messages.removeAll(keepingCapacity: true)
+        }
     }
 
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
@@ -121,31 +127,35 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     private func apply(_ message: MQTTMessage, to device: DeviceID, route: InputRoute<Row>) {
-        let key = FailedAttempts.key(message)
-        if attempts.exhausted(key) {
+        // Hashing every message costs; only needed while some message is failing.
+        let key = attempts.isEmpty ? nil : FailedAttempts.key(message)
+        if let key, attempts.exhausted(key) {
             attempts.forget(key)
             counters.count("dropped")
             counters.error()
             logger.error("message dropped after repeated store failures",
                          ["mqtt.topic": message.topic, "payload": String(decoding: message.payload.prefix(200), as: UTF8.self)])
-            batch.effects.append(.publish(event(device, .error(code: ErrorCode.internal.rawValue, message:
+            batch.effects.items.append(.publish(event(device, .error(code: ErrorCode.internal.rawValue, message:
                 "\(route.name): dropped after \(FailedAttempts.limit) failed attempts to store it"))))
             return
         }
-        batch.messages.append(key)
+        if let key { batch.messages.append(key) }
         let work: Work<Row>
-        do { work = try self.work(device) } catch { fail(error, culprit: nil); return }
+        do { work = try self.work(device, input: route.sequenced ? route.name : nil) } catch { fail(error, culprit: nil); return }
+        let mark = batch.effects.mark
         do {
             try db.transaction { try route.run(message, work) }
-            cache.update(device, work.entry)
-            batch.effects += work.effects
+            cache.modify(device, work.store)
         } catch let refusal as InputRefusal {
+            batch.effects.rewind(to: mark)
             counters.error()
-            batch.effects.append(.publish(event(device, .error(code: refusal.code.rawValue, message: refusal.message))))
+            batch.effects.items.append(.publish(event(device, .error(code: refusal.code.rawValue, message: refusal.message))))
         } catch is Redelivered {
+            batch.effects.rewind(to: mark)
             counters.count("redelivered")
         } catch {
-            fail(error, culprit: key)
+            batch.effects.rewind(to: mark)
+            fail(error, culprit: key ?? FailedAttempts.key(message))
         }
     }
 
@@ -153,43 +163,46 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard let route = commands[name] else {
             guard routes.answersUnknownCommands, !CommandCatalog.all.contains(name) else { return }  // another service's
             if case .success(let command) = IncomingCommand.parse(message, device: device, name: name) {
-                batch.effects.append(.reply(command, .failure(id: command.request.id, CommandError(.notFound, "no command named '\(name)'"))))
+                batch.effects.items.append(.reply(command, .failure(id: command.request.id, CommandError(.notFound, "no command named '\(name)'"))))
             }
             return
         }
         let command: IncomingCommand
         switch IncomingCommand.parse(message, device: device, name: name) {
         case .success(let parsed): command = parsed
-        case .failure(let refusal): batch.effects.append(.reply(refusal.command, refusal.reply)); return
+        case .failure(let refusal): batch.effects.items.append(.reply(refusal.command, refusal.reply)); return
         }
         let id = command.request.id
         switch (route.scope, device.isReserved) {
         case (.device, true):
-            batch.effects.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)"))))
+            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)"))))
             return
         case (.fleet, false):
-            batch.effects.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a fleet command: send it to \(DeviceID.fleet)"))))
+            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a fleet command: send it to \(DeviceID.fleet)"))))
             return
         default: break
         }
+        let mark = batch.effects.mark
         do {
             let work = try self.work(device)
             let result = try db.transaction { try JSONValue(encoding: route.run(command, work)) }
-            cache.update(device, work.entry)
-            batch.effects += work.effects
-            batch.effects.append(.reply(command, .success(id: id, result)))
+            cache.modify(device, work.store)
+            batch.effects.items.append(.reply(command, .success(id: id, result)))
         } catch let error as CommandError {
-            batch.effects.append(.reply(command, .failure(id: id, error)))
+            batch.effects.rewind(to: mark)
+            batch.effects.items.append(.reply(command, .failure(id: id, error)))
         } catch {
+            batch.effects.rewind(to: mark)
             logger.error("command failed", ["command": name, "device": device.rawValue, "error": "\(error)"])
-            batch.effects.append(.reply(command, .failure(id: id, CommandError(.internal, "store failed: \(error)"))))
+            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.internal, "store failed: \(error)"))))
             // SQLite may have ended the whole batch with it.
             if db.isAutocommit { fail(error, culprit: nil) }
         }
     }
 
-    /// A device's state for one unit of work: from the cache, else the store.
-    private func work(_ device: DeviceID) throws -> Work<Row> {
+    /// A device's state for one unit of work (from the cache, else the
+    /// store), with the watermark of `input` when it is a sequenced one.
+    private func work(_ device: DeviceID, input: String? = nil) throws -> Work<Row> {
         var entry: DeviceEntry<Row>
         if let cached = cache.get(device) {
             entry = cached
@@ -198,8 +211,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             cache.insertClean(device, entry)
         }
         if let acked = outbox?.ackedThrough(device) { entry.ackedThrough = max(entry.ackedThrough, acked) }
-        return Work(device: device, nowMs: clock.nowMs(), epoch: epoch, entry: entry, topics: topics,
-                    outbox: routes.outbox, retention: retention)
+        let work = Work(device: device, nowMs: clock.nowMs(), epoch: epoch, entry: entry, effects: batch.effects, topics: topics,
+                        outbox: routes.outbox, retention: retention)
+        if let input { work.input = (input, entry.inputs[input]) }
+        return work
     }
 
     private func load(_ device: DeviceID) throws -> DeviceEntry<Row> {
@@ -241,7 +256,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 batch.messages.forEach { attempts.forget($0) }
                 consecutiveFailures = 0
                 perform(batch.effects)
-                batch = Batch()
+                batch.reset()
                 cache.evictIfNeeded()
                 return true
             } catch {
@@ -257,15 +272,17 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         cache.discardDirty()
         counters.count("storeFailures")
         consecutiveFailures += 1
-        logger.error("batch not stored; it will be redelivered", ["error": error, "messages": "\(batch.messages.count)"])
-        batch = Batch()
+        logger.error("batch not stored; it will be redelivered", ["error": error])
+        batch.reset()
         // The broker redelivers at once: wait a little longer every time (50 ms … 5 s).
         pause(Self.backoff(afterFailures: consecutiveFailures))
         return false
     }
 
-    private func perform(_ effects: [Effect]) {
-        for effect in effects {
+    private func perform(_ effects: BatchEffects) {
+        if effects.processed > 0 { counters.processed(effects.processed) }
+        if let lag = effects.lagMs { counters.lag(lag) }
+        for effect in effects.items {
             switch effect {
             case .publish(let message): publish(message)
             case .outbox(let device, let seq, let body):
@@ -275,9 +292,6 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 }
             case .reply(let command, let reply): publish(CommandReplyMessage(command, reply).message(topics))
             case .count(let name, let n): counters.count(name, n)
-            case .processed(let n): counters.processed(n)
-            case .lag(let ms): counters.lag(ms)
-            case .errors(let n): counters.error(n)
             }
         }
     }
@@ -298,9 +312,14 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             if let sweep = routes.sweep {
                 for device in try sweep.candidates(clock.nowMs()) {
                     let work = try self.work(device)
-                    try db.transaction { try sweep.apply(work) }
-                    cache.update(device, work.entry)
-                    batch.effects += work.effects
+                    let mark = batch.effects.mark
+                    do {
+                        try db.transaction { try sweep.apply(work) }
+                    } catch {
+                        batch.effects.rewind(to: mark)
+                        throw error
+                    }
+                    cache.modify(device, work.store)
                 }
             }
         } catch {
@@ -376,6 +395,8 @@ struct FailedAttempts {
         for byte in message.payload { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
         return hash
     }
+
+    var isEmpty: Bool { counts.isEmpty }
 
     func exhausted(_ key: UInt64) -> Bool { counts[key, default: 0] >= Self.limit }
 

@@ -22,9 +22,36 @@ enum Effect {
     case outbox(DeviceID, seq: Int64, body: [UInt8])
     case reply(IncomingCommand, CommandReply)
     case count(String, Int64)
-    case processed(Int64)
-    case lag(Int64)
-    case errors(Int64)
+}
+
+/// What a batch asked for, in order, until its commit: one buffer the
+/// units of work append to (a failed unit is cut off again), and the
+/// health figures summed rather than listed.
+final class BatchEffects {
+    var items: [Effect] = []
+    var processed: Int64 = 0
+    var lagMs: Int64?
+
+    struct Mark {
+        let count: Int
+        let processed: Int64
+        let lagMs: Int64?
+    }
+
+    var mark: Mark { Mark(count: items.count, processed: processed, lagMs: lagMs) }
+
+    /// Forgets what was asked for since `mark` (a unit of work that failed).
+    func rewind(to mark: Mark) {
+        items.removeSubrange(mark.count...)
+        processed = mark.processed
+        lagMs = mark.lagMs
+    }
+
+    func reset() {
+        items.removeAll(keepingCapacity: true)
+        processed = 0
+        lagMs = nil
+    }
 }
 
 /// One message's (or command's, or sweep's) work on one device: the
@@ -38,23 +65,26 @@ public final class Work<Row> {
     /// This service's store identity, to stamp on the internal messages it sends.
     public let epoch: String
     public var row: Row
-    var inputs: [String: InputMark]
+    /// The watermark of the sequenced input this unit applies (nil for others).
+    var input: (name: String, mark: InputMark?)?
     var ackedThrough: Int64
-    var effects: [Effect] = []
-    /// Set when the row (or a watermark) changed and must be written.
-    var changed = false
+    private let effects: BatchEffects
     private let topics: Topics
     private let outbox: OutboxRoute?
     private let retention: [ObjectIdentifier: LogRetention]
 
-    init(device: DeviceID, nowMs: Int64, epoch: String, entry: DeviceEntry<Row>, topics: Topics,
+    init(device: DeviceID, nowMs: Int64, epoch: String, entry: DeviceEntry<Row>, effects: BatchEffects, topics: Topics,
          outbox: OutboxRoute?, retention: [ObjectIdentifier: LogRetention]) {
-        self.device = device; self.nowMs = nowMs; self.epoch = epoch
-        self.row = entry.row; self.inputs = entry.inputs; self.ackedThrough = entry.ackedThrough
+        self.device = device; self.nowMs = nowMs; self.epoch = epoch; self.effects = effects
+        self.row = entry.row; self.ackedThrough = entry.ackedThrough
         self.topics = topics; self.outbox = outbox; self.retention = retention
     }
 
-    var entry: DeviceEntry<Row> { DeviceEntry(row: row, inputs: inputs, ackedThrough: ackedThrough) }
+    /// Writes what this unit changed into the cached entry, in place.
+    func store(into entry: inout DeviceEntry<Row>) {
+        entry.row = row
+        if let input { entry.inputs[input.name] = input.mark }
+    }
 
     /// An event on this device's event stream.
     public func emit(_ body: Event.Body, timeMs: Int64? = nil) {
@@ -62,17 +92,17 @@ public final class Work<Row> {
     }
 
     public func emit(_ event: Event) {
-        effects.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event)))))
+        effects.items.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event)))))
     }
 
     /// Any other message (a live frame, a request to another service).
-    public func publish(_ message: MQTTMessage) { effects.append(.publish(message)) }
+    public func publish(_ message: MQTTMessage) { effects.items.append(.publish(message)) }
 
     /// Stores an internal message in the outbox log and publishes it after the commit.
     public func send(seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
         guard let outbox else { preconditionFailure("this service declared no outbox") }
         try append(to: outbox.log, seq: seq, sessionID: sessionID, timeMs: timeMs, body: body)
-        effects.append(.outbox(device, seq: seq, body: body))
+        effects.items.append(.outbox(device, seq: seq, body: body))
     }
 
     /// Appends to one of the service's logs, trimming it to its retention
@@ -86,22 +116,24 @@ public final class Work<Row> {
         }
     }
 
-    public func count(_ counter: String, _ n: Int64 = 1) { effects.append(.count(counter, n)) }
-    public func processed(_ n: Int64 = 1) { effects.append(.processed(n)) }
-    public func lag(_ ms: Int64) { effects.append(.lag(ms)) }
+    public func count(_ counter: String, _ n: Int64 = 1) { effects.items.append(.count(counter, n)) }
+    /// Messages this unit handled, for health's `processed`.
+    public func processed(_ n: Int64 = 1) { effects.processed += n }
+    /// Health's `lagMs`: the newest unit's figure wins.
+    public func lag(_ ms: Int64) { effects.lagMs = ms }
 
     /// Whether a sequenced message is new: above the input's watermark, or
     /// from a producer that started over (a new epoch, announced once).
-    func admit<M: Sequenced>(_ message: M, input: String) -> Bool {
-        let mark = inputs[input]
+    func admit<M: Sequenced>(_ message: M) -> Bool {
+        guard let (name, mark) = input else { preconditionFailure("admit outside a sequenced input") }
         if let mark, let epoch = message.epoch, let previous = mark.epoch, epoch != previous {
             emit(.diagnostic(code: "producerReset", message:
-                "\(input): the producer's store was replaced (epoch \(previous) → \(epoch)); its numbering restarts at seq \(message.seq)"))
-            inputs[input] = InputMark(epoch: epoch, seq: message.seq)
+                "\(name): the producer's store was replaced (epoch \(previous) → \(epoch)); its numbering restarts at seq \(message.seq)"))
+            input = (name, InputMark(epoch: epoch, seq: message.seq))
             return true
         }
         if let mark, message.seq <= mark.seq { return false }
-        inputs[input] = InputMark(epoch: message.epoch ?? mark?.epoch, seq: message.seq)
+        input = (name, InputMark(epoch: message.epoch ?? mark?.epoch, seq: message.seq))
         return true
     }
 }
