@@ -159,3 +159,18 @@ public struct MotionMessage: Codable, Sendable, Equatable {
         self.device = device; self.seq = seq; self.timeMs = timeMs; self.state = state; self.epoch = epoch
     }
 }
+
+/// What one fix says about where the device is: the fields every stage
+/// reads the same way (the services' own fix types carry one of these).
+public struct Reading: Sendable, Equatable {
+    public var latitude: Double
+    public var longitude: Double
+    public var accuracyM: Double
+    public var speedMps: Double?
+    public var courseDeg: Double?
+
+    public init(latitude: Double, longitude: Double, accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil) {
+        self.latitude = latitude; self.longitude = longitude; self.accuracyM = accuracyM
+        self.speedMps = speedMps; self.courseDeg = courseDeg
+    }
+}

@@ -12,11 +12,7 @@ final class FilterStore {
     let points: DeviceLog
 
     static let migrations: [(name: String, sql: String)] = [
-        ("1-filter", """
-            CREATE TABLE devices (
-                device TEXT PRIMARY KEY, lastSeq INTEGER NOT NULL DEFAULT 0, ackedThrough INTEGER NOT NULL DEFAULT 0,
-                state TEXT NOT NULL
-            );
+        ("1-filter", HostStore.legacyDevicesTable("state TEXT NOT NULL") + """
             CREATE TABLE decisions (
                 device TEXT NOT NULL, seq INTEGER NOT NULL, sessionID TEXT, body TEXT NOT NULL, PRIMARY KEY (device, seq)
             ) WITHOUT ROWID;

@@ -74,24 +74,26 @@ extension DeviceFilterState {
     }
 }
 
-/// A fix as the filter sees it.
+/// A fix as the filter sees it (`fix.latitude` reads its `reading`).
+@dynamicMemberLookup
 public struct FilterInput: Sendable, Equatable {
     public var seq: Int64
     public var sessionID: String?
     public var timeMs: Int64
-    public var latitude: Double
-    public var longitude: Double
-    public var accuracyM: Double
-    public var speedMps: Double?
-    public var courseDeg: Double?
+    public var reading: Reading
     /// When the fix reached the gateway (ms), if known.
     public var receivedMs: Int64?
 
     public init(seq: Int64, sessionID: String?, timeMs: Int64, latitude: Double, longitude: Double,
                 accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil, receivedMs: Int64? = nil) {
-        self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs; self.latitude = latitude
-        self.longitude = longitude; self.accuracyM = accuracyM; self.speedMps = speedMps; self.courseDeg = courseDeg
+        self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs
+        self.reading = Reading(latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg)
         self.receivedMs = receivedMs
+    }
+
+    public subscript<T>(dynamicMember path: WritableKeyPath<Reading, T>) -> T {
+        get { reading[keyPath: path] }
+        set { reading[keyPath: path] = newValue }
     }
 
     /// A fix in the device format (a recording's line), with the platforms'

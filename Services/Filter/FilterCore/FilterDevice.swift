@@ -29,33 +29,45 @@ public enum RejectionEvents: Sendable, Equatable {
     case off
 }
 
-/// Layer 3: a judged fix in point form, as `getRawPoints` returns it.
-public struct JudgedPoint: Codable, Sendable, Equatable {
-    public var seq: Int64
-    public var sessionID: String?
-    public var timeMs: Int64
-    public var latitude: Double
-    public var longitude: Double
-    public var accuracyM: Double
-    public var speedMps: Double?
-    public var courseDeg: Double?
+/// Layer 3: a judged fix in point form, as `getRawPoints` returns it: the
+/// fix as the filter read it, with its verdict.
+public struct JudgedPoint: Encodable, Sendable, Equatable {
+    public var fix: FilterInput
     public var accepted: Bool
     public var reason: String
+
+    private enum Key: String, CodingKey {
+        case seq, sessionID, timeMs, latitude, longitude, accuracyM, speedMps, courseDeg, accepted, reason
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: Key.self)
+        try c.encode(fix.seq, forKey: .seq)
+        try c.encodeIfPresent(fix.sessionID, forKey: .sessionID)
+        try c.encode(fix.timeMs, forKey: .timeMs)
+        try c.encode(fix.latitude, forKey: .latitude)
+        try c.encode(fix.longitude, forKey: .longitude)
+        try c.encode(fix.accuracyM, forKey: .accuracyM)
+        try c.encodeIfPresent(fix.speedMps, forKey: .speedMps)
+        try c.encodeIfPresent(fix.courseDeg, forKey: .courseDeg)
+        try c.encode(accepted, forKey: .accepted)
+        try c.encode(reason, forKey: .reason)
+    }
 }
 
 extension JudgedPoint: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()
         w.field("accepted", accepted)
-        w.field("accuracyM", accuracyM)
-        w.field("courseDeg", courseDeg)
-        w.field("latitude", latitude)
-        w.field("longitude", longitude)
+        w.field("accuracyM", fix.accuracyM)
+        w.field("courseDeg", fix.courseDeg)
+        w.field("latitude", fix.latitude)
+        w.field("longitude", fix.longitude)
         w.field("reason", reason)
-        w.field("seq", seq)
-        w.field("sessionID", sessionID)
-        w.field("speedMps", speedMps)
-        w.field("timeMs", timeMs)
+        w.field("seq", fix.seq)
+        w.field("sessionID", fix.sessionID)
+        w.field("speedMps", fix.speedMps)
+        w.field("timeMs", fix.timeMs)
         w.endObject()
     }
 }
@@ -73,10 +85,9 @@ public struct Judgement: Sendable, Equatable {
 extension FilterCore {
     /// Judges one raw fix against the device's row.
     public func handle(_ raw: RawFix, row: inout FilterRow, rejectionEvents: RejectionEvents) -> Judgement {
-        let verdict = judge(FilterInput(raw), state: &row.state)
-        let judged = JudgedPoint(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, latitude: raw.latitude,
-                                 longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps,
-                                 courseDeg: raw.courseDeg, accepted: verdict.decision.accepted, reason: verdict.decision.reason)
+        let input = FilterInput(raw)
+        let verdict = judge(input, state: &row.state)
+        let judged = JudgedPoint(fix: input, accepted: verdict.decision.accepted, reason: verdict.decision.reason)
         var announce = false
         if verdict.point == nil {
             switch rejectionEvents {

@@ -11,11 +11,7 @@ final class GatewayStore {
     let ring: DeviceLog
 
     static let migrations: [(name: String, sql: String)] = [
-        ("1-gateway", """
-            CREATE TABLE devices (
-                device TEXT PRIMARY KEY, lastSeq INTEGER NOT NULL DEFAULT 0, ackedThrough INTEGER NOT NULL DEFAULT 0,
-                sessionID TEXT, lastFixMs INTEGER, lastReceivedMs INTEGER
-            );
+        ("1-gateway", HostStore.legacyDevicesTable("sessionID TEXT, lastFixMs INTEGER, lastReceivedMs INTEGER") + """
             CREATE TABLE sessions (
                 id TEXT PRIMARY KEY, device TEXT NOT NULL, tag TEXT, startMs INTEGER NOT NULL, endMs INTEGER, auto INTEGER NOT NULL
             );

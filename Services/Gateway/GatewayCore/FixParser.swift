@@ -18,19 +18,22 @@ public struct InputProblem: Error, Equatable, Sendable, CustomStringConvertible 
     public var description: String { message }
 }
 
-/// A fix that passed validation, in the units of the internal messages.
+/// A fix that passed validation, in the units of the internal messages
+/// (`fix.latitude` reads its `reading`).
+@dynamicMemberLookup
 public struct NormalizedFix: Equatable, Sendable {
     public var timeMs: Int64
-    public var latitude: Double
-    public var longitude: Double
-    public var accuracyM: Double
-    public var speedMps: Double?
-    public var courseDeg: Double?
+    public var reading: Reading
     public var altitudeM: Double?
     public var verticalAccuracyM: Double?
     public var mock: Bool?
     public var batteryPct: Double?
     public var source: FixSource
+
+    public subscript<T>(dynamicMember path: WritableKeyPath<Reading, T>) -> T {
+        get { reading[keyPath: path] }
+        set { reading[keyPath: path] = newValue }
+    }
 }
 
 /// Decodes payloads and validates every fix in them.

@@ -81,8 +81,8 @@ public struct FixValidator: Sendable, Equatable {
         if fix.mock == true, mockPolicy == .reject {
             return .failure(InputProblem("mock: simulated fixes are refused by the gateway's mockPolicy"))
         }
-        return .success(NormalizedFix(timeMs: timeMs, latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc,
-                                      speedMps: speed, courseDeg: course, altitudeM: fix.alt,
+        return .success(NormalizedFix(timeMs: timeMs, reading: Reading(latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc,
+                                                                       speedMps: speed, courseDeg: course), altitudeM: fix.alt,
                                       verticalAccuracyM: vacc, mock: fix.mock == true ? true : nil,
                                       batteryPct: nil, source: source))
     }

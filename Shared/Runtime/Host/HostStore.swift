@@ -5,7 +5,7 @@ import Store
 /// The host's own tables, the same in every service's database: one row per
 /// device (the service's row as JSON, the input watermarks, the outbox
 /// watermark) and the store's identity.
-final class HostStore {
+public final class HostStore {
     let db: Database
     private let load: Statement
     private let save: Statement
@@ -21,6 +21,14 @@ final class HostStore {
             CREATE TABLE host_identity (epoch TEXT NOT NULL, createdMs INTEGER NOT NULL);
             """),
     ]
+
+    /// The per-service `devices` table of versions before the host, for the
+    /// first migrations of stores that predate it (later ones move its rows
+    /// into `host_devices` and drop it).
+    public static func legacyDevicesTable(_ columns: String) -> String {
+        "CREATE TABLE devices (device TEXT PRIMARY KEY, lastSeq INTEGER NOT NULL DEFAULT 0, "
+            + "ackedThrough INTEGER NOT NULL DEFAULT 0, \(columns));"
+    }
 
     init(db: Database) throws {
         self.db = db
