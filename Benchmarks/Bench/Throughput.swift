@@ -104,10 +104,42 @@ enum Throughput {
         defer { filter.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
         try await sink.wait(description: "filter online") { $0.contains { $0.topic.hasSuffix("/filter") } }
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let noisy = NoiseGenerator(seed: 1).apply(to: truth)
+        let rate = try await pump(broker, sink, rawPayloads(count), leaf: "events", count: count)
+        printCPU(filter, messages: count)
+        return rate
+    }
+
+    /// Catching up after downtime: `count` raw fixes queued at the broker
+    /// while the filter is stopped, then the time from its start until every
+    /// verdict is out. Nothing else runs meanwhile, so the service works in
+    /// large batches: the steadiest measure of what it costs per message.
+    static func filterBacklog(_ broker: TestBroker, count: Int, variant: Variant = .standard) async throws -> Double {
+        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
+                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5, "instance": "backlog-\(UUID().uuidString.prefix(6))"],
+                                        environment: variant.environment, binaryDirectory: variant.binaries)
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
+        try filter.start()  // once, to create its persistent session and subscriptions
+        try await sink.wait(description: "filter online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        filter.stop()
+        let publisher = try await TestClient.connect(port: broker.port)
+        for (topic, payload) in rawPayloads(count) { try publisher.publish(MQTTMessage(topic: topic, payload: payload)) }
+        await publisher.drain(timeout: .seconds(120))
+        await publisher.disconnect()
+        let start = ContinuousClock.now
+        try filter.start()
+        defer { filter.stop() }
+        try await sink.wait(count: count, topicSuffix: "/events", timeout: 300)
+        let seconds = (ContinuousClock.now - start).seconds
+        printCPU(filter, messages: count)
+        await sink.close()
+        return Double(count) / seconds
+    }
+
+    /// Raw fixes of the noisy MTV drive over 8 devices, numbered as the gateway does.
+    static func rawPayloads(_ count: Int) -> [(topic: String, payload: [UInt8])] {
+        let noisy = NoiseGenerator(seed: 1).apply(to: (try? Fixtures.fixes("mtv-drive-truth.jsonl")) ?? [])
         let devices = 8
-        let payloads = (0..<count).map { i -> (topic: String, payload: [UInt8]) in
+        return (0..<count).map { i -> (topic: String, payload: [UInt8]) in
             let device = DeviceID("fbench\(i % devices)")!
             let lap = i / devices / noisy.count
             let s = noisy[(i / devices) % noisy.count]
@@ -116,9 +148,6 @@ enum Throughput {
                              latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
             return ("tracker/\(device)/raw", Array(JSONCoding.encode(raw)))
         }
-        let rate = try await pump(broker, sink, payloads, leaf: "events", count: count)
-        printCPU(filter, messages: count)
-        return rate
     }
 
     /// The service process's own CPU time per message it took (user + system,

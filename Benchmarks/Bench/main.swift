@@ -52,6 +52,10 @@ case "all", "gateway", "filter":
         ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling)
         ratioLine("filter, Foundation JSON", try await Throughput.filter(broker, count: count, variant: .foundationJSON), ceiling)
         if let baseline { ratioLine("filter, baseline build", try await Throughput.filter(broker, count: count, variant: baseline), ceiling) }
+        ratioLine("filter catching up a backlog", try await Throughput.filterBacklog(broker, count: count), ceiling)
+        if let baseline {
+            ratioLine("filter backlog, baseline build", try await Throughput.filterBacklog(broker, count: count, variant: baseline), ceiling)
+        }
     }
     if arguments.first == "all" {
         print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))

@@ -57,20 +57,18 @@ public struct Topics: Sendable, Equatable {
         case other
     }
 
-    /// Which input a parsed topic is, by the name a service routes it under.
-    public func parse(_ topic: String) -> Parsed { parseTopic(topic) }
-
-    private func parseTopic(_ topic: String) -> Parsed {
-        let parts = topic.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+    public func parse(_ topic: String) -> Parsed {
+        // Substrings: on every message, only the device id becomes a String of its own.
+        let parts = topic.split(separator: "/", omittingEmptySubsequences: false)
         if parts.count == 3, parts[0] == "owntracks" {
             guard let id = DeviceID("\(parts[1]).\(parts[2])") else { return .invalidDevice("\(parts[1]).\(parts[2])") }
             return .ownTracks(id)
         }
         guard parts.count >= 3, parts[0] == prefix else { return .other }
-        let segment = parts[1]
+        let segment = String(parts[1])
         if parts.count == 4, parts[2] == "cmd" {
             guard let id = DeviceID(allowingReserved: segment) else { return .invalidDevice(segment) }
-            return .command(id, name: parts[3])
+            return .command(id, name: String(parts[3]))
         }
         guard parts.count == 3 else { return .other }
         guard let id = DeviceID(segment) else { return segment == "_health" ? .other : .invalidDevice(segment) }
