@@ -12,6 +12,8 @@ public struct CommandReply: Codable, Sendable, Equatable {
     public var result: JSONValue?
     public var code: String?
     public var message: String?
+    /// A page cut short to keep the reply small: ask again from this offset.
+    public var nextOffset: Int?
 
     public static func success(id: JSONValue?, _ result: JSONValue) -> CommandReply {
         CommandReply(id: id, ok: true, result: result, code: nil, message: nil)
@@ -24,6 +26,8 @@ public struct CommandReply: Codable, Sendable, Equatable {
 /// The stable vocabulary of error codes, for command replies and `error` events.
 public enum ErrorCode: String, Codable, Sendable {
     case badInput, notReady, notFound, limitReached, invalidConfig, conflict, `internal`
+    /// Too many queries waiting already: try again later.
+    case busy
 }
 
 /// A command that failed, with a code from the stable vocabulary.

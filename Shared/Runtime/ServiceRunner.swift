@@ -64,7 +64,8 @@ public enum ServiceRunner {
             try reader.rejectUnknownKeys()
             host = try ServiceHost(definition, databasePath: context.databasePath(), bus: client, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
-                                   cacheCapacity: settings.deviceCacheCapacity)
+                                   cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
+                                   maxReplyBytes: settings.maxReplyBytes)
         } catch {
             FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
             return 2

@@ -134,6 +134,10 @@ public struct CommonSettings: Sendable {
     public var logLevel: LogLevel
     /// Devices whose state a service keeps in memory (least recently used leave first).
     public var deviceCacheCapacity: Int
+    /// Queries (reads of stored data) waiting at most; beyond, the reply is `busy`.
+    public var queryBacklog: Int
+    /// The largest command reply; a longer page stops short with `nextOffset`.
+    public var maxReplyBytes: Int
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -153,5 +157,7 @@ public struct CommonSettings: Sendable {
         let level = try reader.choice("logLevel", default: "info", among: LogLevel.allCases.map(\.rawValue))
         logLevel = LogLevel(rawValue: level) ?? .info
         deviceCacheCapacity = try reader.int("deviceCacheCapacity", default: 10_000, in: 1...10_000_000)
+        queryBacklog = try reader.int("queryBacklog", default: 64, in: 1...100_000)
+        maxReplyBytes = try reader.int("maxReplyBytes", default: 1 << 20, in: 4_096...(64 << 20))
     }
 }

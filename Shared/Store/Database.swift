@@ -16,10 +16,11 @@ public final class Database {
 
     /// Opens (creating if needed) the file at `path` in WAL mode with
     /// `synchronous=NORMAL`: a commit survives a process kill; only an OS
-    /// crash may lose the last few.
-    public init(path: String) throws {
+    /// crash may lose the last few. `readOnly` opens a second connection for
+    /// queries beside the writer (WAL lets it read while the writer writes).
+    public init(path: String, readOnly: Bool = false) throws {
         var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
@@ -29,18 +30,20 @@ public final class Database {
         handle = db
         self.path = path
         sqlite3_busy_timeout(db, 5_000)
-        // Each service is the only user of its file: exclusive locking spares
-        // two fcntl calls per transaction (measured: the largest kernel cost
-        // of the gateway's one-commit-per-message path).
-        try execute("PRAGMA locking_mode=EXCLUSIVE")
+        if readOnly {
+            try execute("PRAGMA query_only=ON")
+            try execute("PRAGMA cache_size=-4000")
+            return
+        }
         if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=NORMAL")
-        // Hot pages (a device row, an index leaf) are rewritten on every
-        // commit; checkpointing less often copies each of them back fewer times.
-        try execute("PRAGMA wal_autocheckpoint=8000")
+        // Checkpoint every ~4 MB of WAL, and cut the file back to that size
+        // afterwards: the WAL never grows past a few MB.
+        try execute("PRAGMA wal_autocheckpoint=1000")
+        try execute("PRAGMA journal_size_limit=4194304")
         // A batch of a few hundred messages must fit in the page cache, or
         // SQLite spills (writes) pages mid-transaction and again at commit.
-        try execute("PRAGMA cache_size=-32000")
+        try execute("PRAGMA cache_size=-8000")
         // Savepoint sub-journals in memory, not in a temporary file per savepoint.
         try execute("PRAGMA temp_store=MEMORY")
         try execute("PRAGMA foreign_keys=ON")

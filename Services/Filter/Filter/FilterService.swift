@@ -49,17 +49,17 @@ enum FilterService {
                     },
                 ],
                 commands: [
-                    CommandRoute("getDecisions") { command, work in
+                    .query("getDecisions") { [decisionLog = settings.decisionLog] command, query in
                         let args = try command.arguments(PageArgs.self)
                         let page = try args.validated()
-                        guard settings.decisionLog else { throw CommandError(.notReady, "the decision log is off (decisionLog: false)") }
-                        return try store.page(store.decisions, device: work.device, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                        guard decisionLog else { throw CommandError(.notReady, "the decision log is off (decisionLog: false)") }
+                        return try query.page("decisions", sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                     },
-                    CommandRoute("getRawPoints") { command, work in
+                    .query("getRawPoints") { [rawPoints = settings.rawPoints] command, query in
                         let args = try command.arguments(PageArgs.self)
                         let page = try args.validated()
-                        guard settings.rawPoints else { throw CommandError(.notReady, "judged points are off (rawPoints: false)") }
-                        return try store.page(store.judged, device: work.device, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                        guard rawPoints else { throw CommandError(.notReady, "judged points are off (rawPoints: false)") }
+                        return try query.page("judged", sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                     },
                 ],
                 outbox: OutboxRoute(log: store.points) { $0.points($1) },

@@ -47,9 +47,4 @@ final class FilterStore {
         judged = try DeviceLog(db: db, table: "judged")
         points = try DeviceLog(db: db, table: "points")
     }
-
-    func page(_ log: DeviceLog, device: DeviceID, sessionID: String?, limit: Int, offset: Int) throws -> [JSONValue] {
-        try log.page(device, sessionID: sessionID, limit: limit, offset: offset)
-            .map { try JSONCoding.decoder.decode(JSONValue.self, from: Data($0.utf8)) }
-    }
 }

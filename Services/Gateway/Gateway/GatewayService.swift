@@ -117,13 +117,15 @@ enum GatewayService {
 
         private struct StartArgs: Decodable { var tag: String? }
         private struct RangeArgs: Decodable { var fromMs: Int64?; var toMs: Int64? }
-        private struct ExportArgs: Decodable { var sessionID: String; var name: String }
+        private struct ExportArgs: Decodable { var sessionID: String; var name: String; var offset: Int? }
 
         struct Fixture: Encodable {
             var name: String
             var sessionID: String
             var count: Int
             var jsonl: String
+            /// The export did not fit one reply: ask again with this `offset`.
+            var nextOffset: Int?
         }
 
         var commands: [CommandRoute<GatewayRow>] {
@@ -142,37 +144,36 @@ enum GatewayService {
                     return closed
                 },
                 CommandRoute("currentSession") { _, work in work.row.sessions.current },
-                CommandRoute("getSessions") { command, work in
+                .query("getSessions") { command, query in
                     let args = try command.arguments(RangeArgs.self)
-                    return try store.sessions(work.device, fromMs: args.fromMs, toMs: args.toMs)
+                    return .value(try GatewayStore.sessions(query.db, query.device, fromMs: args.fromMs, toMs: args.toMs))
                 },
-                CommandRoute("getRawFixes") { command, work in
+                .query("getRawFixes") { command, query in
                     let args = try command.arguments(PageArgs.self)
                     let page = try args.validated()
-                    if let id = args.sessionID { try requireSession(id, of: work.device) }
-                    return try store.rawFixes(work.device, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                    if let id = args.sessionID { try Self.requireSession(id, query) }
+                    return try query.page("raw_fixes", sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                 },
-                CommandRoute("exportFixture") { command, work in
+                .query("exportFixture") { command, query in
                     let args = try command.arguments(ExportArgs.self)
                     guard DeviceID(args.name) != nil else {
                         throw CommandError(.badInput, "name: use 1–64 of A-Z a-z 0-9 . _ - for a fixture name")
                     }
-                    try requireSession(args.sessionID, of: work.device)
-                    var lines: [String] = []
-                    while true {
-                        let page = try store.rawFixes(work.device, sessionID: args.sessionID, limit: 5_000, offset: lines.count)
-                        lines += page.map { JSONCoding.string($0.deviceFix) }
-                        if page.count < 5_000 { break }
-                    }
-                    return Fixture(name: args.name, sessionID: args.sessionID, count: lines.count,
-                                   jsonl: lines.joined(separator: "\n") + (lines.isEmpty ? "" : "\n"))
+                    guard (args.offset ?? 0) >= 0 else { throw CommandError(.badInput, "offset must be ≥ 0, got \(args.offset ?? 0)") }
+                    try Self.requireSession(args.sessionID, query)
+                    // The recording, as many lines as fit in one reply; `nextOffset` continues it.
+                    let page = try query.log("raw_fixes").page(query.device, sessionID: args.sessionID, limit: 50_000,
+                                                               offset: args.offset ?? 0, maxBytes: query.maxReplyBytes * 2 / 3)
+                    let lines = try page.bodies.map { JSONCoding.string(try JSONCoding.decoder.decode(RawFix.self, from: Data($0.utf8)).deviceFix) }
+                    return .value(Fixture(name: args.name, sessionID: args.sessionID, count: lines.count,
+                                          jsonl: lines.joined(separator: "\n") + (lines.isEmpty ? "" : "\n"), nextOffset: page.nextOffset))
                 },
             ]
         }
 
-        private func requireSession(_ id: String, of device: DeviceID) throws {
-            guard let session = try store.session(id: id), session.device == device else {
-                throw CommandError(.notFound, "sessionID: no session '\(id)' for device \(device)")
+        private static func requireSession(_ id: String, _ query: QueryContext) throws {
+            guard let session = try GatewayStore.session(query.db, id: id), session.device == query.device else {
+                throw CommandError(.notFound, "sessionID: no session '\(id)' for device \(query.device)")
             }
         }
     }

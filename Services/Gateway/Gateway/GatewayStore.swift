@@ -41,11 +41,6 @@ final class GatewayStore {
         ring = try DeviceLog(db: db, table: "raw_fixes")
     }
 
-    func rawFixes(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int) throws -> [RawFix] {
-        try ring.page(device, sessionID: sessionID, limit: limit, offset: offset)
-            .map { try JSONCoding.decoder.decode(RawFix.self, from: Data($0.utf8)) }
-    }
-
     // MARK: Sessions
 
     func saveSession(_ s: Session) throws {
@@ -55,12 +50,12 @@ final class GatewayStore {
             """, .text(s.id), .text(s.device.rawValue), .string(s.tag), .integer(s.startMs), .int(s.endMs), .bool(s.auto ?? false))
     }
 
-    func session(id: String) throws -> Session? {
+    static func session(_ db: Database, id: String) throws -> Session? {
         try db.first("SELECT id, device, tag, startMs, endMs, auto FROM sessions WHERE id = ?", [.text(id)], map: Self.session) ?? nil
     }
 
     /// Sessions overlapping [fromMs, toMs], oldest first.
-    func sessions(_ device: DeviceID, fromMs: Int64?, toMs: Int64?) throws -> [Session] {
+    static func sessions(_ db: Database, _ device: DeviceID, fromMs: Int64?, toMs: Int64?) throws -> [Session] {
         try db.query("""
             SELECT id, device, tag, startMs, endMs, auto FROM sessions
             WHERE device = ? AND (endMs IS NULL OR endMs >= ?) AND startMs <= ?

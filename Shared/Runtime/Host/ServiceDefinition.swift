@@ -113,16 +113,34 @@ public struct InputRoute<Row> {
     }
 }
 
-/// A command the service answers.
+/// A command the service answers: on the network thread within the batch
+/// (it changes a device's row, or reads it), or as a query off that thread.
 public struct CommandRoute<Row> {
     public enum Scope: Sendable { case device, fleet, any }
+    public typealias Query = @Sendable (IncomingCommand, QueryContext) throws -> QueryResult
+
+    enum Kind {
+        case inline((IncomingCommand, Work<Row>) throws -> any Encodable)
+        case query(Query)
+    }
+
     public let name: String
     public let scope: Scope
-    public let run: (IncomingCommand, Work<Row>) throws -> any Encodable
+    let kind: Kind
 
+    /// A command that changes (or reads) a device's row; it shares the batch
+    /// of the messages, so keep it short.
     public init(_ name: String, scope: Scope = .device, run: @escaping (IncomingCommand, Work<Row>) throws -> any Encodable) {
-        self.name = name; self.scope = scope; self.run = run
+        self.name = name; self.scope = scope; self.kind = .inline(run)
     }
+
+    /// A read of stored data: answered by the query worker on its own
+    /// connection, never on the network thread, bounded in bytes.
+    public static func query(_ name: String, scope: Scope = .device, _ run: @escaping Query) -> CommandRoute {
+        CommandRoute(name: name, scope: scope, kind: .query(run))
+    }
+
+    private init(name: String, scope: Scope, kind: Kind) { self.name = name; self.scope = scope; self.kind = kind }
 }
 
 /// Periodic work: which devices to look at (from the store, so evicted

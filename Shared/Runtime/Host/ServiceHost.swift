@@ -37,6 +37,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private let logger: Logger
     private let counters: HealthCounters
     private let clock: any WallClock
+    private let queries: QueryWorker
     /// How the host waits before a failed batch is redelivered (injected in tests).
     private let pause: (Duration) -> Void
     public let epoch: String
@@ -60,7 +61,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
-                cacheCapacity: Int = 10_000, pause: @escaping (Duration) -> Void = { Thread.sleep(forTimeInterval: Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) }) throws {
+                cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, pause: @escaping (Duration) -> Void = { Thread.sleep(forTimeInterval: Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) }) throws {
         name = definition.name
         db = try Database(path: databasePath)
         var migrator = Migrator()
@@ -81,6 +82,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         self.counters = counters
         self.clock = clock
         self.pause = pause
+        queries = QueryWorker(path: databasePath, capacity: queryBacklog, maxReplyBytes: maxReplyBytes, bus: bus,
+                              topics: topics, logger: logger, counters: counters)
         if let route = routes.outbox {
             let topic = route.topic
             let outbox = Outbox(topic: { [topics] in topic(topics, $0) })
@@ -182,10 +185,21 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             return
         default: break
         }
+        let run: (IncomingCommand, Work<Row>) throws -> any Encodable
+        switch route.kind {
+        case .inline(let inline): run = inline
+        case .query(let query):
+            if !queries.submit(command, query) {
+                counters.count("busy")
+                batch.effects.items.append(.reply(command, .failure(id: id, CommandError(
+                    .busy, "\(queries.capacity) queries are waiting already; try again shortly"))))
+            }
+            return
+        }
         let mark = batch.effects.mark
         do {
             let work = try self.work(device)
-            let result = try db.transaction { try JSONValue(encoding: route.run(command, work)) }
+            let result = try db.transaction { try JSONValue(encoding: run(command, work)) }
             cache.modify(device, work.store)
             batch.effects.items.append(.reply(command, .success(id: id, result)))
         } catch let error as CommandError {
@@ -361,6 +375,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// Graceful stop, after the network thread ended: save the watermarks,
     /// and checkpoint so the `.sqlite` file alone holds everything.
     public func close() {
+        queries.finish()
         if batch.failure == nil, !db.hasOpenBatch { try? db.openBatch() }
         do { try saveWatermarks() } catch { logger.error("cannot save the outbox watermarks", ["error": "\(error)"]) }
         _ = commit()

@@ -1,0 +1,132 @@
+import Bus
+import Dispatch
+import Foundation
+import Logging
+import Model
+import Store
+import Synchronization
+
+/// Stored JSON documents returned as they are, as a reply's `result` array.
+public struct JSONPage: Sendable {
+    public var bodies: [String]
+    /// Set when the page was cut short by the reply size bound.
+    public var nextOffset: Int?
+    public init(bodies: [String], nextOffset: Int?) { self.bodies = bodies; self.nextOffset = nextOffset }
+}
+
+/// What a query answers: any value, or a page of stored documents.
+public enum QueryResult {
+    case value(any Encodable)
+    case page(JSONPage)
+}
+
+/// A query's view of the store: a read-only connection of its own, so a
+/// query never waits for, or holds up, the messages being stored.
+public final class QueryContext {
+    public let device: DeviceID
+    public let db: Database
+    /// The most a reply may carry; pages stop short of it.
+    public let maxReplyBytes: Int
+    private let logs: (String) throws -> DeviceLog
+
+    init(device: DeviceID, db: Database, maxReplyBytes: Int, logs: @escaping (String) throws -> DeviceLog) {
+        self.device = device; self.db = db; self.maxReplyBytes = maxReplyBytes; self.logs = logs
+    }
+
+    /// One of the service's logs, read through this connection.
+    public func log(_ table: String) throws -> DeviceLog { try logs(table) }
+
+    /// A page of a log as the reply, bounded in items and bytes.
+    public func page(_ table: String, sessionID: String?, limit: Int, offset: Int) throws -> QueryResult {
+        .page(try log(table).page(device, sessionID: sessionID, limit: limit, offset: offset, maxBytes: maxReplyBytes))
+    }
+}
+
+/// Answers queries off the network thread: one worker with its own
+/// read-only connection, at most `capacity` queries waiting (beyond that the
+/// reply is `busy` at once), replies bounded in bytes. Ingest never waits
+/// for a query, however many arrive.
+final class QueryWorker: Sendable {
+    private let queue = DispatchQueue(label: "tracker.queries")
+    private let pending = Mutex(0)
+    let capacity: Int
+    let maxReplyBytes: Int
+    private let path: String
+    private let bus: any MessageBus
+    private let topics: Topics
+    private let logger: Logger
+    private let counters: HealthCounters
+    /// Touched only on `queue`.
+    nonisolated(unsafe) private var connection: (db: Database, logs: [String: DeviceLog])?
+
+    init(path: String, capacity: Int, maxReplyBytes: Int, bus: any MessageBus, topics: Topics, logger: Logger, counters: HealthCounters) {
+        self.path = path; self.capacity = capacity; self.maxReplyBytes = maxReplyBytes
+        self.bus = bus; self.topics = topics; self.logger = logger; self.counters = counters
+    }
+
+    /// Queues a query; false when `capacity` are waiting already.
+    func submit(_ command: IncomingCommand, _ run: @escaping @Sendable (IncomingCommand, QueryContext) throws -> QueryResult) -> Bool {
+        let accepted = pending.withLock { n in
+            guard n < capacity else { return false }
+            n += 1
+            return true
+        }
+        guard accepted else { return false }
+        queue.async { [self] in
+            defer { pending.withLock { $0 -= 1 } }
+            let payload: [UInt8]
+            do {
+                let context = try self.context(for: command.device)
+                payload = try Self.reply(to: command, run(command, context))
+            } catch let error as CommandError {
+                payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, error)))
+            } catch {
+                logger.error("query failed", ["command": command.name, "device": command.device.rawValue, "error": "\(error)"])
+                payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, CommandError(.internal, "store failed: \(error)"))))
+            }
+            counters.count("queries")
+            var message = CommandReplyMessage(command, .success(id: nil, .null)).message(topics)
+            message.payload = payload
+            do { try bus.publish(message, acknowledged: nil) } catch {
+                logger.warning("reply not published", ["mqtt.topic": message.topic, "error": "\(error)"])
+            }
+        }
+        return true
+    }
+
+    /// Waits for the queries already queued (graceful stop).
+    func finish() { queue.sync {} }
+
+    private func context(for device: DeviceID) throws -> QueryContext {
+        if connection == nil { connection = (try Database(path: path, readOnly: true), [:]) }
+        let db = connection!.db
+        return QueryContext(device: device, db: db, maxReplyBytes: maxReplyBytes) { [self] table in
+            if let log = connection?.logs[table] { return log }
+            let log = try DeviceLog(db: db, table: table)
+            connection?.logs[table] = log
+            return log
+        }
+    }
+
+    /// The reply's bytes: a page is spliced in as stored, never decoded and
+    /// encoded again (keys in the order JSONEncoder sorts them).
+    static func reply(to command: IncomingCommand, _ result: QueryResult) throws -> [UInt8] {
+        switch result {
+        case .value(let value):
+            return Array(JSONCoding.encode(CommandReply.success(id: command.request.id, try JSONValue(encoding: value))))
+        case .page(let page):
+            var bytes: [UInt8] = []
+            bytes.reserveCapacity(page.bodies.reduce(64) { $0 + $1.utf8.count + 1 })
+            bytes += Array("{".utf8)
+            if let id = command.request.id { bytes += Array(#""id":"#.utf8) + Array(JSONCoding.encode(id)) + [UInt8(ascii: ",")] }
+            if let next = page.nextOffset { bytes += Array(#""nextOffset":\#(next),"#.utf8) }
+            bytes += Array(#""ok":true,"result":["#.utf8)
+            for (i, body) in page.bodies.enumerated() {
+                if i > 0 { bytes.append(UInt8(ascii: ",")) }
+                bytes += body.utf8
+            }
+            bytes += Array("]}".utf8)
+            return bytes
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+/// The services as a hostile client or a careless operator would try them.
+@Suite(.serialized) struct HardeningTests {
+    func fix(_ t: Double) -> String { #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":8}"# }
+
+    /// Waits for a service's retained `online` health: it is subscribed by then.
+    static func waitUntilOnline(_ broker: TestBroker, _ service: String) async throws {
+        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)"])
+        try await health.wait(description: "\(service) online") { all in
+            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .online }
+        }
+        await health.close()
+    }
+
+    @Test func aFloodOfHeavyQueriesNeverStallsIngestAndMemoryStaysFlat() async throws {
+        let broker = try TestBroker()
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
+                                         config: ["healthIntervalSec": 0.2, "logLevel": "warning"])
+        try gateway.start()
+        try await Self.waitUntilOnline(broker, "gateway")
+        let publisher = try await TestClient.connect(port: broker.port)
+        let raw = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw"])
+        // 10,000 stored fixes for the device the queries will ask for.
+        let t0 = 1_793_197_938.0
+        for i in 0..<10_000 { try publisher.publish(MQTTMessage(topic: "tracker/big/fixes", string: fix(t0 + Double(i)))) }
+        try await raw.wait(count: 10_000, topicSuffix: "/raw", timeout: 60)
+        let before = try #require(gateway.process?.memory)
+
+        // 200 requests for 10,000 fixes each, all at once.
+        let replies = try await MessageCollector(port: broker.port, filters: ["tracker/_test/reply/flood"])
+        let request = Array(JSONCoding.encode(CommandRequest(args: .object(["limit": .number(10_000)]))))
+        for _ in 0..<200 {
+            try publisher.publish(MQTTMessage(topic: "tracker/big/cmd/getRawFixes", payload: request,
+                                              responseTopic: "tracker/_test/reply/flood", correlationData: [1]))
+        }
+        // Meanwhile a live device keeps sending, one fix at a time: each must come out within 2 s.
+        var slowest: Duration = .zero
+        for i in 0..<50 {
+            let start = ContinuousClock.now
+            try publisher.publish(MQTTMessage(topic: "tracker/live/fixes", string: fix(t0 + Double(i))))
+            try await raw.wait(count: 10_001 + i, topicSuffix: "/raw", timeout: 10)
+            slowest = max(slowest, ContinuousClock.now - start)
+        }
+        #expect(slowest < .seconds(2), "slowest fix through the gateway during the flood: \(slowest)")
+
+        // Every request is answered: a bounded page (with where to continue) or `busy`.
+        let answered = try await replies.wait(count: 200, topicSuffix: "/flood", timeout: 60)
+        // (JSONSerialization: decoding 64 MB into JSONValue would dominate the test.)
+        let decoded = try answered.map { try #require(JSONSerialization.jsonObject(with: Data($0.payload)) as? [String: Any]) }
+        let pages = decoded.filter { $0["ok"] as? Bool == true }
+        #expect(!pages.isEmpty)
+        #expect(pages.allSatisfy { $0["nextOffset"] is Int && (($0["result"] as? [Any])?.count ?? 0) > 1_000 })
+        #expect(answered.allSatisfy { $0.payload.count <= 1 << 20 })
+        #expect(decoded.filter { $0["ok"] as? Bool != true }.allSatisfy { $0["code"] as? String == "busy" })
+        let after = try #require(gateway.process?.memory)
+        #expect(after.resident - before.resident < 48 << 20, "RSS \(before.resident >> 20) → \(after.resident >> 20) MB")
+        // The page continues where the first one stopped.
+        let next = try #require(pages.first?["nextOffset"] as? Int)
+        let second = try await TestClient.command(publisher, device: "big", "getRawFixes",
+                                                  args: .object(["limit": .number(10_000), "offset": .number(Double(next))]))
+        #expect(second.result?.arrayValue?.first?["seq"]?.int64Value == Int64(next + 1))
+    }
+}
