@@ -202,7 +202,7 @@ struct Ctl {
             let age = Double(now - h.timeMs) / 1000
             let interval = Double(h.intervalMs ?? 5_000) / 1000
             let stale = h.status == .online && age > 2 * interval + 1
-            let note = stale ? "STALE: not heard from for \(Int(age)) s (interval \(interval) s)" : ""
+            let note = stale ? "STALE: not heard from for \(Int(age)) s (interval \(interval) s)" : (h.note ?? "")
             func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s + " " : s + String(repeating: " ", count: n - s.count) }
             print(pad(h.service, 11) + pad(h.status.rawValue, 9) + pad(h.instance ?? "-", 25) + pad(h.version, 9)
                   + String(format: "%9lld %7lld %7lld %8lld %6.1f  ", h.processed, h.errors, h.lagMs, h.queueDepth, age) + note)

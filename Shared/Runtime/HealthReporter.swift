@@ -14,6 +14,7 @@ public final class HealthCounters: Sendable {
         var lagMs: Int64 = 0
         var queueDepth: Int64 = 0
         var extra: [String: Int64] = [:]
+        var note: String?
     }
 
     public init() {}
@@ -23,6 +24,8 @@ public final class HealthCounters: Sendable {
     public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) } }
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
     public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
+    /// Sets (or, with nil, clears) the note health carries.
+    public func note(_ text: String?) { state.withLock { $0.note = text } }
 
     func snapshot() -> Values { state.withLock { $0 } }
 }
@@ -55,7 +58,7 @@ public struct HealthReporter: Sendable {
                       timeMs: clock.nowMs(), processed: values.processed, errors: values.errors,
                       lagMs: values.lagMs, queueDepth: values.queueDepth,
                       intervalMs: Int64(interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000),
-                      instance: instance, counters: values.extra.isEmpty ? nil : values.extra)
+                      instance: instance, counters: values.extra.isEmpty ? nil : values.extra, note: values.note)
     }
 
     public func message(_ status: Health.Status) -> MQTTMessage {

@@ -65,4 +65,47 @@ import Testing
                                                   args: .object(["limit": .number(10_000), "offset": .number(Double(next))]))
         #expect(second.result?.arrayValue?.first?["seq"]?.int64Value == Int64(next + 1))
     }
+
+    @Test func aGatewayThatLostItsStoreIsAnnouncedDownstreamAndItsFixesStillCount() async throws {
+        let broker = try TestBroker()
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
+        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["healthIntervalSec": 0.2])
+        try gateway.start()
+        try filter.start()
+        try await Self.waitUntilOnline(broker, "gateway")
+        try await Self.waitUntilOnline(broker, "filter")
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/lost1/events"])
+        let publisher = try await TestClient.connect(port: broker.port)
+        let t0 = 1_793_197_938.0
+        for i in 0..<5 { try await publisher.publishAndWait(MQTTMessage(topic: "tracker/lost1/fixes", string: fix(t0 + Double(i)))) }
+        try await out.wait(description: "5 verdicts") { $0.filter { $0.string.contains(#""type":"location"#) }.count >= 5 }
+        // The operator deletes the gateway's store: it starts over, numbering from seq 1 with a new identity.
+        #expect(gateway.stop() == 0)
+        for suffix in ["", "-wal", "-shm"] {
+            try? FileManager.default.removeItem(at: gateway.dataDir.appendingPathComponent("tracker-gateway.sqlite\(suffix)"))
+        }
+        try gateway.start()
+        try await Self.waitUntilOnline(broker, "gateway")
+        for i in 5..<10 { try await publisher.publishAndWait(MQTTMessage(topic: "tracker/lost1/fixes", string: fix(t0 + Double(i)))) }
+        // Not a black hole: the filter says so once, and judges every new fix.
+        let events = try await out.wait(description: "10 verdicts") { $0.filter { $0.string.contains(#""type":"location"#) }.count >= 10 }
+        #expect(events.filter { $0.string.contains("producerReset") }.count == 1)
+    }
+
+    @Test func aGracefulStopLeavesEverythingInTheDatabaseFile() async throws {
+        let broker = try TestBroker()
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
+        try gateway.start()
+        try await Self.waitUntilOnline(broker, "gateway")
+        let publisher = try await TestClient.connect(port: broker.port)
+        for i in 0..<200 { try publisher.publish(MQTTMessage(topic: "tracker/wal1/fixes", string: fix(1_793_197_938 + Double(i)))) }
+        await publisher.drain()
+        let raw = try await TestClient.command(publisher, device: "wal1", "getRawFixes", args: .object(["limit": .number(1)]))
+        #expect(raw.ok)
+        #expect(gateway.stop() == 0)
+        // Checkpointed and closed: no write-ahead log left, so a copy of the .sqlite file alone is a full backup.
+        let wal = gateway.dataDir.appendingPathComponent("tracker-gateway.sqlite-wal").path
+        let walSize = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
+        #expect(walSize == 0)
+    }
 }

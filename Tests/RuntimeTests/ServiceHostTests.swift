@@ -55,9 +55,11 @@ final class HostHarness {
     let counters = HealthCounters()
     let path: String
     let pauses = PauseLog()
+    let removesFile: Bool
     var host: ServiceHost<Tally>!
 
     init(capacity: Int = 100, keep: Int = 1_000, path: String? = nil) throws {
+        removesFile = path == nil
         self.path = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("host-\(UUID().uuidString).sqlite").path
         host = try make(capacity: capacity, keep: keep)
     }
@@ -97,7 +99,7 @@ final class HostHarness {
         return try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).result?.int64Value
     }
 
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+    deinit { if removesFile { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } } }
 }
 
 final class PauseLog: @unchecked Sendable {
@@ -148,7 +150,8 @@ final class PauseLog: @unchecked Sendable {
         let h = try HostHarness()
         let batch = [h.item("a", 1, 5, fail: "disk")]
         for _ in 1...(FailedAttempts.limit + 3) { #expect(!h.pass(batch)) }
-        #expect(h.events("internal").isEmpty)
+        #expect(h.counters.snapshot().extra["dropped"] == nil)
+        #expect(h.events("internal").allSatisfy { $0.contains("disk full") })
         // Each redelivery waits longer: 50 ms doubling.
         #expect(h.pauses.pauses == [50, 100, 200, 400, 800, 1_600].map { .milliseconds($0) })
         #expect(h.pass([h.item("a", 1, 5)]))
@@ -226,5 +229,40 @@ final class PauseLog: @unchecked Sendable {
         #expect(replies["r1"]?.code == "badInput")  // a per-device command sent to _fleet
         #expect(replies["r2"]?.code == "badInput")  // not JSON
         #expect(replies["r3"]?.code == "notReady")  // the service's own refusal
+    }
+}
+
+@Suite struct ServiceHostFailureTests {
+    @Test func aFullDiskIsSaidOnceInHealthAndAsAnEventAndNothingIsLost() throws {
+        let h = try HostHarness()
+        #expect(h.pass([h.item("a", 1, 1)]))
+        // The disk fills up: SQLite's page limit makes every new page fail with SQLITE_FULL.
+        let pages = try h.host.db.first("PRAGMA page_count") { $0.int(0) } ?? 0
+        try h.host.db.execute("PRAGMA max_page_count = \(pages)")
+        let big = (2...400).map { h.item("a", Int64($0), 1) }
+        for _ in 0..<5 { #expect(!h.pass(big)) }
+        #expect(h.counters.snapshot().note?.hasPrefix("disk full") == true)
+        #expect(h.events("internal").count == 1)  // once, not on every retry
+        // Room again: the redelivered batch is stored whole, the note goes.
+        try h.host.db.execute("PRAGMA max_page_count = 1000000")
+        #expect(h.pass(big))
+        #expect(h.counters.snapshot().note == nil)
+        #expect(try h.total("a") == 400)
+    }
+
+    @Test func aSeqAbsurdlyFarAheadIsRefusedAndTheWatermarkStays() throws {
+        let h = try HostHarness()
+        h.pass([h.item("a", 1, 1), h.item("a", 9_000_000_000_000_000_000, 100), h.item("a", 2, 2)])
+        #expect(h.events("badInput").first?.contains("seq 9000000000000000000 is not within") == true)
+        #expect(try h.total("a") == 3)  // 1 and 2 applied; the forged one never moved the watermark
+    }
+
+    @Test func aDamagedStoreStopsTheServiceNamingTheFile() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("damaged-\(UUID().uuidString).sqlite").path
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        try Data(repeating: 0x5A, count: 8_192).write(to: URL(fileURLWithPath: path))
+        #expect { try HostHarness(path: path) } throws: { error in
+            (error as? ConfigError).map { $0.problem.contains(path) && $0.problem.contains("cannot be used") } ?? false
+        }
     }
 }

@@ -107,7 +107,7 @@ public struct InputRoute<Row> {
             } catch {
                 throw InputRefusal(.badInput, "\(name): unreadable internal message: \(DecodingErrorText.describe(any: error))")
             }
-            guard work.admit(decoded) else { throw Redelivered() }
+            guard try work.admit(decoded) else { throw Redelivered() }
             try apply(decoded, work)
         }
     }

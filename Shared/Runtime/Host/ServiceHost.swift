@@ -63,7 +63,14 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
                 cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, pause: @escaping (Duration) -> Void = { Thread.sleep(forTimeInterval: Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) }) throws {
         name = definition.name
-        db = try Database(path: databasePath)
+        do {
+            db = try Database(path: databasePath)
+            // A damaged file stops the service now, by name, not in a crash loop later.
+            if let problem = try db.quickCheck() { throw StoreError(code: 11, message: "integrity check failed: \(problem)", sql: nil) }
+        } catch {
+            throw ConfigError("dataDir", "the store \(databasePath) cannot be used (\(error)); move it aside to start "
+                              + "with an empty store (downstream services are told: producerReset), or restore a backup")
+        }
         var migrator = Migrator()
         for (name, sql) in HostStore.migrations + definition.migrations { migrator.register(name, sql) }
         try migrator.migrate(db)
@@ -268,6 +275,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 counters.count("commits")
                 cache.markClean()
                 batch.messages.forEach { attempts.forget($0) }
+                if consecutiveFailures > 0 { counters.note(nil); logger.info("storing again after failed batches", ["failed": "\(consecutiveFailures)"]) }
                 consecutiveFailures = 0
                 perform(batch.effects)
                 batch.reset()
@@ -282,10 +290,18 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     private func abandonBatch() -> Bool {
         let error = batch.failure.map { "\($0)" } ?? "unknown"
+        let storeError = batch.failure as? StoreError
         try? db.rollbackBatch()
         cache.discardDirty()
         counters.count("storeFailures")
         consecutiveFailures += 1
+        if consecutiveFailures == 1, let storeError, storeError.isEnvironmental {
+            // Said once per episode, not on every retry: health carries it until a batch is stored again.
+            let what = storeError.code & 0xFF == 13 ? "disk full" : "store unavailable"
+            counters.note("\(what): nothing can be stored (\(storeError.message)); retrying, nothing is dropped")
+            publish(event(.fleet, .error(code: ErrorCode.internal.rawValue, message:
+                "\(name): \(what) (\(storeError.message)); messages wait at the broker until they can be stored")))
+        }
         logger.error("batch not stored; it will be redelivered", ["error": error])
         batch.reset()
         // The broker redelivers at once: wait a little longer every time (50 ms … 5 s).

@@ -122,10 +122,19 @@ public final class Work<Row> {
     /// Health's `lagMs`: the newest unit's figure wins.
     public func lag(_ ms: Int64) { effects.lagMs = ms }
 
+    /// How far ahead of the last applied seq a producer may jump (a billion:
+    /// decades of fixes at 1 Hz; anything beyond is a forgery or a bug).
+    static var maxSeqJump: Int64 { 1_000_000_000 }
+
     /// Whether a sequenced message is new: above the input's watermark, or
     /// from a producer that started over (a new epoch, announced once).
-    func admit<M: Sequenced>(_ message: M) -> Bool {
+    func admit<M: Sequenced>(_ message: M) throws -> Bool {
         guard let (name, mark) = input else { preconditionFailure("admit outside a sequenced input") }
+        // A seq absurdly far ahead would silence the device for good if it moved the watermark.
+        guard message.seq > 0, message.seq - (mark?.seq ?? 0) <= Self.maxSeqJump else {
+            throw InputRefusal(.badInput, "\(name): seq \(message.seq) is not within 1…\((mark?.seq ?? 0) + Self.maxSeqJump) "
+                               + "(last applied \(mark?.seq ?? 0)); the message was not applied")
+        }
         if let mark, let epoch = message.epoch, let previous = mark.epoch, epoch != previous {
             emit(.diagnostic(code: "producerReset", message:
                 "\(name): the producer's store was replaced (epoch \(previous) → \(epoch)); its numbering restarts at seq \(message.seq)"))
