@@ -72,6 +72,15 @@ public struct PageArgs: Codable, Sendable {
         self.sessionID = sessionID; self.limit = limit; self.offset = offset
     }
 
+    private enum CodingKeys: String, CodingKey { case sessionID, limit, offset }
+
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        sessionID = try c.decodeIfPresent(String.self, forKey: .sessionID)
+        limit = try c.decodeWholeNumberIfPresent(forKey: .limit)
+        offset = try c.decodeWholeNumberIfPresent(forKey: .offset)
+    }
+
     public static let maxLimit = 10_000
 
     /// Checked paging: limit 1…10,000 (default 1,000), offset ≥ 0.
@@ -83,5 +92,18 @@ public struct PageArgs: Codable, Sendable {
         }
         guard offset >= 0 else { throw CommandError(.badInput, "offset must be ≥ 0, got \(offset)") }
         return (limit, offset)
+    }
+}
+
+extension KeyedDecodingContainer {
+    /// An integer argument, refused by name when it has a fraction or lies
+    /// beyond ±2^53 (JSONDecoder alone says only "not valid JSON" for 1.5).
+    public func decodeWholeNumberIfPresent(forKey key: Key) throws -> Int? {
+        guard let value = try decodeIfPresent(Double.self, forKey: key) else { return nil }
+        guard value.rounded() == value, abs(value) < 9_007_199_254_740_992 else {
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key],
+                                                    debugDescription: "expected a whole number within ±2^53, got \(value)"))
+        }
+        return Int(value)
     }
 }

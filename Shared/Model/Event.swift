@@ -89,6 +89,27 @@ public struct Event: Codable, Sendable, Equatable {
     }
 }
 
+extension Event {
+    /// The most of a message an `error` or `diagnostic` event carries: a
+    /// problem is named, never the whole offending input echoed back.
+    public static let maxMessageCharacters = 300
+
+    /// This event with an over-long message cut to `maxMessageCharacters`.
+    public var bounded: Event {
+        func cut(_ text: String) -> String {
+            guard text.count > Self.maxMessageCharacters else { return text }
+            return String(text.prefix(Self.maxMessageCharacters)) + "… (\(text.count - Self.maxMessageCharacters) more characters)"
+        }
+        var event = self
+        switch body {
+        case .error(let code, let message): event.body = .error(code: code, message: cut(message))
+        case .diagnostic(let code, let message): event.body = .diagnostic(code: code, message: cut(message))
+        default: break
+        }
+        return event
+    }
+}
+
 struct AnyKey: CodingKey {
     var stringValue: String
     var intValue: Int? { nil }

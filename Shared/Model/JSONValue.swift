@@ -14,7 +14,14 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
         let container = try decoder.singleValueContainer()
         if container.decodeNil() { self = .null }
         else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Double.self) { self = .number(value) }
+        else if let value = try? container.decode(Double.self) {
+            // Beyond ±2^53 a JSON integer has no exact Double: refuse it rather than round it.
+            guard abs(value) < 9_007_199_254_740_992 || value.rounded() != value else {
+                throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
+                                                        debugDescription: "expected a whole number within ±2^53"))
+            }
+            self = .number(value)
+        }
         else if let value = try? container.decode(String.self) { self = .string(value) }
         else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
         else { self = .object(try container.decode([String: JSONValue].self)) }

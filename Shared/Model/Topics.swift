@@ -17,8 +17,14 @@ extension Topics.Parsed {
 /// Every topic of the contract, under a configurable prefix (default `tracker`).
 public struct Topics: Sendable, Equatable {
     public let prefix: String
+    /// The first level of OwnTracks topics (`owntracks/{user}/{device}` by the
+    /// apps' default); two deployments on one broker give each its own.
+    public let ownTracksPrefix: String
 
-    public init(prefix: String = "tracker") { self.prefix = prefix }
+    public init(prefix: String = "tracker", ownTracksPrefix: String = "owntracks") {
+        self.prefix = prefix
+        self.ownTracksPrefix = ownTracksPrefix
+    }
 
     public func fixes(_ d: DeviceID) -> String { "\(prefix)/\(d)/fixes" }
     public func raw(_ d: DeviceID) -> String { "\(prefix)/\(d)/raw" }
@@ -40,7 +46,7 @@ public struct Topics: Sendable, Equatable {
     public var allHealth: String { "\(prefix)/_health/+" }
     public func allCommands(named name: String) -> String { "\(prefix)/+/cmd/\(name)" }
     public var anyCommand: String { "\(prefix)/+/cmd/+" }
-    public static let ownTracks = "owntracks/+/+"
+    public var allOwnTracks: String { "\(ownTracksPrefix)/+/+" }
 
     /// What an incoming topic names, once its device segment is checked.
     public enum Parsed: Equatable, Sendable {
@@ -60,7 +66,7 @@ public struct Topics: Sendable, Equatable {
     public func parse(_ topic: String) -> Parsed {
         // Substrings: on every message, only the device id becomes a String of its own.
         let parts = topic.split(separator: "/", omittingEmptySubsequences: false)
-        if parts.count == 3, parts[0] == "owntracks" {
+        if parts.count == 3, parts[0] == ownTracksPrefix {
             guard let id = DeviceID("\(parts[1]).\(parts[2])") else { return .invalidDevice("\(parts[1]).\(parts[2])") }
             return .ownTracks(id)
         }

@@ -7,7 +7,7 @@ public struct IncomingCommand: Sendable {
     public let device: DeviceID
     public let name: String
     public let request: CommandRequest
-    let responseTopic: String?
+    var responseTopic: String?
     let correlationData: [UInt8]?
 
     /// The arguments decoded as `T`; a mismatch is a `badInput` naming the problem.
@@ -15,9 +15,9 @@ public struct IncomingCommand: Sendable {
         do {
             return try (request.args ?? .object([:])).decode(T.self)
         } catch let error as DecodingError {
-            throw CommandError(.badInput, "args: \(DecodingErrorText.describe(error))")
+            throw CommandError(.badInput, DecodingErrorText.describe(error, root: "args"))
         } catch {
-            throw CommandError(.badInput, "args: \(error)")
+            throw CommandError(.badInput, "args: unreadable")
         }
     }
 
@@ -25,14 +25,23 @@ public struct IncomingCommand: Sendable {
     static func parse(_ message: MQTTMessage, device: DeviceID, name: String) -> Result<IncomingCommand, CommandReplyMessage> {
         let blank = message.payload.allSatisfy { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }
         var request = CommandRequest()
+        if let key = DuplicateKeys.first(in: message.payload) {
+            let command = IncomingCommand(device: device, name: name, request: CommandRequest(),
+                                          responseTopic: message.responseTopic, correlationData: message.correlationData)
+            return .failure(CommandReplyMessage(command, .failure(id: nil, CommandError(.badInput, "request: key '\(key)' appears twice in one object"))))
+        }
         if !blank {
             do {
                 request = try JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
             } catch {
                 let command = IncomingCommand(device: device, name: name, request: CommandRequest(),
                                               responseTopic: message.responseTopic, correlationData: message.correlationData)
-                return .failure(CommandReplyMessage(command, .failure(id: nil, CommandError(
-                    .badInput, "request is not a JSON object {\"id\":…,\"args\":{…}}"))))
+                // A readable request with an unusable value says which; anything else gets the expected shape.
+                var text = "request is not a JSON object {\"id\":…,\"args\":{…}}"
+                if let decoding = error as? DecodingError, case .dataCorrupted(let context) = decoding, !context.codingPath.isEmpty {
+                    text = DecodingErrorText.describe(decoding)
+                }
+                return .failure(CommandReplyMessage(command, .failure(id: nil, CommandError(.badInput, text))))
             }
         }
         return .success(IncomingCommand(device: device, name: name, request: request,
@@ -52,5 +61,16 @@ struct CommandReplyMessage: Error {
                                   payload: Array(JSONCoding.encode(reply)), qos: .atLeastOnce)
         message.correlationData = command.correlationData
         return message
+    }
+}
+
+extension Topics {
+    /// Whether a client may have replies sent to `topic`: anything outside
+    /// this deployment's tree, or a `reply` topic inside it — never an
+    /// internal or event topic (a forged response topic must not turn a
+    /// service into a publisher of `raw`, `points` or someone's `events`).
+    public func isReplyTopic(_ topic: String) -> Bool {
+        guard topic.hasPrefix(prefix + "/") else { return !topic.isEmpty && !topic.contains("+") && !topic.contains("#") }
+        return topic.split(separator: "/", omittingEmptySubsequences: false).dropFirst(2).contains("reply")
     }
 }

@@ -15,7 +15,7 @@ public struct ServiceContext: Sendable {
     public init(name: String, settings: CommonSettings, logger: Logger, clock: any WallClock = SystemWallClock()) {
         self.name = name
         self.settings = settings
-        self.topics = Topics(prefix: settings.topicPrefix)
+        self.topics = Topics(prefix: settings.topicPrefix, ownTracksPrefix: settings.ownTracksTopic)
         self.logger = logger
         self.clock = clock
     }

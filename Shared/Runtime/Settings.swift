@@ -128,6 +128,8 @@ public struct CommonSettings: Sendable {
     public var mqttPassword: String?
     public var dataDir: String
     public var topicPrefix: String
+    /// The first level of the OwnTracks topics the gateway takes (`owntracks`).
+    public var ownTracksTopic: String
     /// Instance id: the MQTT client id and health identity. Defaults to the service name.
     public var instance: String
     public var healthIntervalSec: Double
@@ -148,6 +150,10 @@ public struct CommonSettings: Sendable {
         topicPrefix = try reader.string("topicPrefix", default: "tracker")
         guard !topicPrefix.isEmpty, !topicPrefix.contains(where: { "/+#".contains($0) }) else {
             throw ConfigError("topicPrefix", "must be one non-empty topic level without / + #, got '\(topicPrefix)'")
+        }
+        ownTracksTopic = try reader.string("ownTracksTopic", default: "owntracks")
+        guard !ownTracksTopic.isEmpty, !ownTracksTopic.contains(where: { "/+#".contains($0) }), ownTracksTopic != topicPrefix else {
+            throw ConfigError("ownTracksTopic", "must be one non-empty topic level without / + #, other than topicPrefix, got '\(ownTracksTopic)'")
         }
         instance = try reader.string("instance", default: "tracker-\(service)")
         guard DeviceID(instance) != nil else {

@@ -137,3 +137,21 @@ let now: Int64 = 1_793_500_000_000
         #expect(p.message == "tst: required field is missing")
     }
 }
+
+@Suite struct DuplicateKeyTests {
+    let parser = FixParser(validator: FixValidator())
+
+    @Test(arguments: [#"{"lat":1,"lat":91,"lon":2,"t":1793197938,"acc":5}"#, #"{"lat":91,"lat":1,"lon":2,"t":1793197938,"acc":5}"#,
+                      #"[{"t":1793197938,"lat":1,"lon":2,"acc":5,"acc":6}]"#])
+    func aKeyGivenTwiceIsRefusedWhicheverComesFirst(_ payload: String) {
+        guard case .refused(let problem) = parser.parseDevicePayload(Array(payload.utf8), nowMs: 1_793_197_938_000) else {
+            Issue.record("accepted \(payload)"); return
+        }
+        #expect(problem.message.contains("appears twice"))
+    }
+
+    @Test func theSameKeyInDifferentObjectsIsFine() {
+        #expect(DuplicateKeys.first(in: Array(#"[{"a":1,"b":{"a":2}},{"a":3,"s":"\"a\""}]"#.utf8)) == nil)
+        #expect(DuplicateKeys.first(in: Array(#"{"x":[1,{"y":1,"y":2}]}"#.utf8)) == "y")
+    }
+}

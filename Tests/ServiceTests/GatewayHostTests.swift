@@ -14,11 +14,15 @@ import Testing
     let clock = ManualClock()
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("gw-\(UUID().uuidString).sqlite").path
 
-    func host(idleTimeoutSec: Double = 60) throws -> ServiceHost<GatewayRow> {
+    func host(idleTimeoutSec: Double = 60, topics: Topics = Topics()) throws -> ServiceHost<GatewayRow> {
         let reader = SettingsReader(values: ["sessionIdleTimeoutSec": .number(idleTimeoutSec)], source: "test")
         return try ServiceHost(GatewayService.definition(try GatewaySettings(reader)), databasePath: path, bus: bus,
-                               topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                               topics: topics, logger: Logger(label: "test", minimum: .off),
                                counters: HealthCounters(), clock: clock)
+    }
+
+    func reply(on topic: String) throws -> CommandReply? {
+        try bus.messages.last { $0.topic == topic }.map { try JSONDecoder().decode(CommandReply.self, from: Data($0.payload)) }
     }
 
     func fix(_ t: Double) -> MQTTMessage {
@@ -60,5 +64,41 @@ import Testing
         #expect(Set(raw.map(\.epoch)) == [gateway.epoch])
         // The same fix twice in one array: dropped once, loudly.
         #expect(bus.messages(topicSuffix: "/events").contains { $0.string.contains("duplicateFix") })
+    }
+
+    @Test func repliesNeverGoToInternalTopics() throws {
+        let gateway = try host()
+        gateway.receive(MQTTMessage(topic: "tracker/van1/cmd/currentSession", payload: [], responseTopic: "tracker/van2/raw"))
+        #expect(gateway.commit())
+        #expect(bus.messages(topicSuffix: "/raw").isEmpty)
+        // The refusal goes to the contract's reply topic instead.
+        #expect(try reply(on: "tracker/van1/reply/currentSession")?.code == "badInput")
+    }
+
+    @Test func aCommandToAnInvalidDeviceIdIsAnswered() throws {
+        let gateway = try host()
+        gateway.receive(MQTTMessage(topic: "tracker/bad id!/cmd/start", payload: Array(#"{"id":"r1"}"#.utf8), responseTopic: "app/replies"))
+        #expect(gateway.commit())
+        let answer = try #require(try reply(on: "app/replies"))
+        #expect(answer.code == "badInput" && answer.id == .string("r1") && answer.message?.contains("not a device id") == true)
+    }
+
+    @Test func errorEventsNameTheProblemWithoutEchoingTheInput() throws {
+        let gateway = try host()
+        let huge = String(repeating: "x", count: 100_000)
+        gateway.receive(MQTTMessage(topic: "owntracks/u1/phone", string: #"{"_type":"\#(huge)"}"#))
+        #expect(gateway.commit())
+        let event = try #require(bus.messages(topicSuffix: "/events").last)
+        #expect(event.payload.count < 1_000)
+    }
+
+    @Test func theOwnTracksTopicIsTheDeploymentsOwn() throws {
+        let gateway = try host(topics: Topics(prefix: "tracker", ownTracksPrefix: "ot-b"))
+        #expect(gateway.subscriptions.contains("ot-b/+/+") && !gateway.subscriptions.contains("owntracks/+/+"))
+        let t = Double(clock.nowMs()) / 1000
+        gateway.receive(MQTTMessage(topic: "ot-b/u1/phone", string: #"{"_type":"location","tst":\#(t),"lat":1,"lon":2,"acc":5}"#))
+        gateway.receive(MQTTMessage(topic: "owntracks/u1/phone", string: #"{"_type":"location","tst":\#(t),"lat":1,"lon":2,"acc":5}"#))
+        #expect(gateway.commit())
+        #expect(bus.messages(topicSuffix: "/raw").map(\.topic) == ["tracker/u1.phone/raw"])
     }
 }

@@ -43,7 +43,7 @@ enum GatewayService {
                 },
             ]
             if settings.ownTracks {
-                inputs.append(.external("owntracks", filter: { _ in Topics.ownTracks }) { message, work in
+                inputs.append(.external("owntracks", filter: \.allOwnTracks) { message, work in
                     try handler.ingest(handler.parser.parseOwnTracksPayload(message.payload, nowMs: work.nowMs), work)
                 })
             }

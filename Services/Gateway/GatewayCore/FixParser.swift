@@ -47,9 +47,11 @@ public struct FixParser: Sendable {
         if let problem = validator.checkSize(payload) { return .refused(problem) }
         switch payload.first(where: { !Self.isWhitespace($0) }) {
         case UInt8(ascii: "{"):
+            // The fast path reads only flat objects without repeated keys.
             if let fix = DeviceFix(flat: payload) {
                 return .fixes([validator.validate(fix, source: .device, nowMs: nowMs)])
             }
+            if let problem = Self.duplicateKey(payload) { return .refused(problem) }
             do {
                 let fix = try JSONCoding.decoder.decode(DeviceFix.self, from: Data(payload))
                 return .fixes([validator.validate(fix, source: .device, nowMs: nowMs)])
@@ -57,6 +59,7 @@ public struct FixParser: Sendable {
                 return .refused(Self.problem(error))
             }
         case UInt8(ascii: "["):
+            if let problem = Self.duplicateKey(payload) { return .refused(problem) }
             do {
                 let elements = try JSONCoding.decoder.decode([Lenient<DeviceFix>].self, from: Data(payload))
                 guard !elements.isEmpty else { return .refused(InputProblem("payload: empty array, no fix in it")) }
@@ -85,11 +88,12 @@ public struct FixParser: Sendable {
     /// An OwnTracks payload (`_type: location`; other types are ignored).
     public func parseOwnTracksPayload(_ payload: [UInt8], nowMs: Int64) -> ParsedPayload {
         if let problem = validator.checkSize(payload) { return .refused(problem) }
+        if let problem = Self.duplicateKey(payload) { return .refused(problem) }
         guard payload.contains(where: { !Self.isWhitespace($0) }) else { return .refused(InputProblem("payload is empty")) }
         do {
             let envelope = try JSONCoding.decoder.decode(OwnTracksEnvelope.self, from: Data(payload))
             guard envelope.type == "location" else {
-                return .ignored(reason: "OwnTracks _type '\(envelope.type)' is not a location")
+                return .ignored(reason: "OwnTracks _type '\(envelope.type.prefix(40))\(envelope.type.count > 40 ? "…" : "")' is not a location")
             }
             let location = try JSONCoding.decoder.decode(OwnTracksLocation.self, from: Data(payload))
             var result = validator.validate(location.deviceFix, source: .ownTracks, nowMs: nowMs)
@@ -106,6 +110,11 @@ public struct FixParser: Sendable {
         } catch {
             return .refused(Self.problem(error))
         }
+    }
+
+    /// One rule everywhere: a key given twice is refused, not resolved.
+    static func duplicateKey(_ payload: [UInt8]) -> InputProblem? {
+        DuplicateKeys.first(in: payload).map { InputProblem("payload: key '\($0)' appears twice in one object") }
     }
 
     static func isWhitespace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 }

@@ -126,6 +126,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             command(message, device: device, name: name)
         case .invalidDevice(let segment):
             counters.count("invalidTopic")
+            refuseCommandToInvalidDevice(message, segment: segment)
             if invalidTopicLogs.allow(nowMs: clock.nowMs()) {
                 logger.warning("payload on a topic with an invalid device id",
                                ["mqtt.topic": String(message.topic.prefix(120)), "device": String(segment.prefix(80))])
@@ -177,12 +178,20 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             }
             return
         }
-        let command: IncomingCommand
+        var command: IncomingCommand
         switch IncomingCommand.parse(message, device: device, name: name) {
         case .success(let parsed): command = parsed
         case .failure(let refusal): batch.effects.items.append(.reply(refusal.command, refusal.reply)); return
         }
         let id = command.request.id
+        if let topic = command.responseTopic, !topics.isReplyTopic(topic) {
+            // Answered on the contract's reply topic instead, so the client still learns why.
+            command.responseTopic = nil
+            counters.count("badResponseTopic")
+            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput,
+                "responseTopic: '\(topic.prefix(120))' is not a reply topic (use one outside '\(topics.prefix)/' or with a 'reply' level)"))))
+            return
+        }
         switch (route.scope, device.isReserved) {
         case (.device, true):
             batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)"))))
@@ -221,6 +230,21 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
+    /// A command on `{prefix}/{bad id}/cmd/{name}` still gets an answer
+    /// (from the one service that answers unknown commands).
+    private func refuseCommandToInvalidDevice(_ message: MQTTMessage, segment: String) {
+        let parts = message.topic.split(separator: "/", omittingEmptySubsequences: false)
+        guard routes.answersUnknownCommands, parts.count == 4, parts[2] == "cmd" else { return }
+        let replyTopic = message.responseTopic.flatMap { topics.isReplyTopic($0) ? $0 : nil }
+            ?? "\(topics.prefix)/\(segment)/reply/\(parts[3])"
+        let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
+        let reply = CommandReply.failure(id: request?.id, CommandError(.badInput,
+            "device: '\(segment.prefix(80))' is not a device id (1–64 of A-Z a-z 0-9 . _ -, not starting with _ except _fleet)"))
+        var out = MQTTMessage(topic: replyTopic, payload: Array(JSONCoding.encode(reply)))
+        out.correlationData = message.correlationData
+        batch.effects.items.append(.publish(out))
+    }
+
     /// A device's state for one unit of work (from the cache, else the
     /// store), with the watermark of `input` when it is a sequenced one.
     private func work(_ device: DeviceID, input: String? = nil) throws -> Work<Row> {
@@ -256,7 +280,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     private func event(_ device: DeviceID, _ body: Event.Body) -> MQTTMessage {
-        MQTTMessage(topic: topics.events(device), payload: Array(JSONCoding.encode(Event(device: device, timeMs: clock.nowMs(), body))))
+        MQTTMessage(topic: topics.events(device), payload: Array(JSONCoding.encode(Event(device: device, timeMs: clock.nowMs(), body).bounded)))
     }
 
     // MARK: Commit (network thread, before acknowledgements are written)

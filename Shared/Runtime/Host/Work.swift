@@ -92,7 +92,7 @@ public final class Work<Row> {
     }
 
     public func emit(_ event: Event) {
-        effects.items.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event)))))
+        effects.items.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event.bounded)))))
     }
 
     /// Any other message (a live frame, a request to another service).
