@@ -1,0 +1,53 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+
+/// `tracker-bench memory [N] [DEVICES]`: N fixes over DEVICES devices through
+/// the gateway and the filter, then each service's memory (resident now and
+/// its peak) and its files on disk. Services keep per-device state bounded by
+/// `deviceCacheCapacity`; this shows what that means for a large fleet.
+enum MemoryBench {
+    /// Fixes the publisher keeps unacknowledged (MEMORY_WINDOW): a fleet at full speed, or a gentler one.
+    static let window = ProcessInfo.processInfo.environment["MEMORY_WINDOW"].flatMap(Int.init) ?? 5_000
+
+    static func run(count: Int, devices: Int) async throws {
+        let broker = try TestBroker()
+        let config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: config)
+        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: config)
+        try gateway.start()
+        try filter.start()
+        defer { gateway.stop(); filter.stop() }
+        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
+        try await health.wait(description: "both online") { all in
+            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map(\.service)).count == 2
+        }
+        let publisher = try await TestClient.connect(port: broker.port)
+        let start = ContinuousClock.now
+        for i in 0..<count {
+            // Round robin: every device speaks once per round, as a fleet does.
+            let device = i % devices, round = i / devices
+            let fix = #"{"t":\#(1_793_197_938 + round),"lat":\#(48.1 + Double(device % 1000) * 1e-3 + Double(round) * 1e-5),"lon":\#(11.5 + Double(device / 1000) * 1e-3),"acc":8,"speed":1.2,"course":90}"#
+            while publisher.inFlight > Self.window { await Task.yield() }
+            try publisher.publish(MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
+        }
+        await publisher.drain(timeout: .seconds(600))
+        try await health.wait(timeout: 900, description: "the filter judged every fix") { all in
+            all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload))).map { $0.service == "filter" && $0.processed >= Int64(count) }) ?? false }
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        print(String(format: "%d fixes over %d devices through gateway and filter in %.0f s (%.0f fixes/s)", count, devices, seconds, Double(count) / seconds))
+        for (name, service) in [("gateway", gateway), ("filter", filter)] {
+            let memory = service.process?.memory
+            let files = (try? FileManager.default.contentsOfDirectory(atPath: service.dataDir.path)) ?? []
+            let sizes = files.filter { $0.contains(".sqlite") }.sorted().map { file -> String in
+                let bytes = (try? FileManager.default.attributesOfItem(atPath: service.dataDir.appendingPathComponent(file).path)[.size] as? Int) ?? 0
+                return String(format: "%@ %.1f MB", file as NSString, Double(bytes) / 1e6)
+            }
+            print(String(format: "  %@: RSS %.1f MB now, peak %.1f MB; %@", name as NSString,
+                         Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.peak ?? 0) / 1_048_576,
+                         sizes.joined(separator: ", ") as NSString))
+        }
+    }
+}
