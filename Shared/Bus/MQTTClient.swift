@@ -124,6 +124,12 @@ public final class MQTTClient: @unchecked Sendable {
         state.withLock { $0.beforeAcknowledging = hook }
     }
 
+    /// Asked before every read on the network thread; while it says false,
+    /// incoming messages wait at the broker (see `NetworkLoop.setReadGate`).
+    public func setReadGate(_ gate: @escaping @Sendable () -> Bool) {
+        loop.setReadGate(gate)
+    }
+
     /// Runs `body` on the network thread every `interval` while connected,
     /// just before the pass's `beforeAcknowledging` hook.
     public func setPeriodic(every interval: Duration, _ body: @escaping @Sendable () -> Void) {

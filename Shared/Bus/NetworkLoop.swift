@@ -30,6 +30,7 @@ final class NetworkLoop: @unchecked Sendable {
     private let hook = Mutex<(@Sendable () -> Bool)?>(nil)
     private let connector = Mutex<(@Sendable () -> Int32)?>(nil)
     private let periodic = Mutex<(interval: Double, body: @Sendable () -> Void)?>(nil)
+    private let readGate = Mutex<(@Sendable () -> Bool)?>(nil)
     /// Set once, before `start`.
     nonisolated(unsafe) var logger: Logger?
 
@@ -67,6 +68,13 @@ final class NetworkLoop: @unchecked Sendable {
     /// the batch) of the messages, so it needs no lock.
     func setPeriodic(every interval: Double, _ body: @escaping @Sendable () -> Void) {
         periodic.withLock { $0 = (interval, body) }
+    }
+
+    /// Asked before every read: false holds incoming messages at the broker
+    /// (back-pressure; the broker sends no more than the receive maximum
+    /// unacknowledged). Writing, keep-alive and periodic work go on.
+    func setReadGate(_ gate: @escaping @Sendable () -> Bool) {
+        readGate.withLock { $0 = gate }
     }
 
     /// The first connection attempt (it sets host, port and properties;
@@ -138,13 +146,15 @@ final class NetworkLoop: @unchecked Sendable {
             }
             // Stopping: finish once nothing (such as a DISCONNECT) is left to send.
             if isStopping, !mosquitto_want_write(mosq) { return }
+            let reading = readGate.withLock { $0 }?() ?? true
             var fds = [
-                pollfd(fd: socket, events: Int16(POLLIN) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
+                pollfd(fd: socket, events: (reading ? Int16(POLLIN) : 0) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
                 pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
             ]
             let tick = periodic.withLock { $0 }
             let untilTick = tick.map { _ in Int32(clamping: (nextTick.uptimeNanoseconds &- min(nextTick.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000) } ?? 1_000
-            let ready = poll(&fds, 2, min(1_000, max(0, untilTick)))
+            // Held back: look again soon, the gate opens as output drains.
+            let ready = poll(&fds, 2, min(reading ? 1_000 : 20, max(0, untilTick)))
             if ready < 0 {
                 guard errno != EINTR else { continue }
                 // Not a signal: back off instead of spinning on the same error.

@@ -7,6 +7,7 @@ import Synchronization
 /// Counters a service bumps as it works; published as its health.
 public final class HealthCounters: Sendable {
     private let state = Mutex(Values())
+    private let queueDepthSource = Mutex<(@Sendable () -> Int64)?>(nil)
 
     struct Values {
         var processed: Int64 = 0
@@ -23,11 +24,17 @@ public final class HealthCounters: Sendable {
     public func error(_ n: Int64 = 1) { state.withLock { $0.errors += n } }
     public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) } }
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
+    /// Reads the queue depth whenever health is published, instead of a set value.
+    public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0 = source } }
     public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
     /// Sets (or, with nil, clears) the note health carries.
     public func note(_ text: String?) { state.withLock { $0.note = text } }
 
-    func snapshot() -> Values { state.withLock { $0 } }
+    func snapshot() -> Values {
+        var values = state.withLock { $0 }
+        if let source = queueDepthSource.withLock({ $0 }) { values.queueDepth = source() }
+        return values
+    }
 }
 
 /// Publishes `tracker/_health/{service}` (retained) every interval, and

@@ -2,6 +2,7 @@ import Bus
 import Foundation
 import Logging
 import Model
+import Synchronization
 
 /// What a service's definition is made from: its settings and the process's
 /// logger and clock.
@@ -46,6 +47,8 @@ public enum ServiceRunner {
     ) async -> Int32 {
         let context: ServiceContext
         let client: MQTTClient
+        let output: MQTTClient
+        let pressure: OutputPressure
         let host: ServiceHost<Row>
         let counters = HealthCounters()
         let health: HealthReporter
@@ -56,13 +59,20 @@ public enum ServiceRunner {
                                      logger: Logger(label: settings.instance, minimum: settings.logLevel))
             health = HealthReporter(service: name, instance: settings.instance, topics: context.topics,
                                     interval: .milliseconds(Int64(settings.healthIntervalSec * 1000)), counters: counters)
+            // Two connections: input (the persistent session, its subscriptions and
+            // the will) and output (everything the service publishes), so input
+            // can wait at the broker while output drains, and memory stays bounded.
             client = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
                 cleanStart: false, sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, will: health.will, logger: context.logger))
+            output = try MQTTClient(MQTTOptions(
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: "\(settings.instance)-out",
+                cleanStart: true, username: settings.mqttUsername, password: settings.mqttPassword, logger: context.logger))
+            pressure = OutputPressure(limit: settings.outputBacklogMax, counters: counters)
             let definition = try define(context, reader)
             try reader.rejectUnknownKeys()
-            host = try ServiceHost(definition, databasePath: context.databasePath(), bus: client, topics: context.topics,
+            host = try ServiceHost(definition, databasePath: context.databasePath(), bus: output, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
                                    cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
                                    maxReplyBytes: settings.maxReplyBytes)
@@ -76,6 +86,7 @@ public enum ServiceRunner {
         client.setBeforeAcknowledging { host.commit() }
         client.setPeriodic(every: tickInterval) { host.tick() }
         client.setOnConnect { host.connected(reconnect: $0) }
+        client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
 
         let signal = Task { await Signals.waitForTermination() }
         let connected = Task {
@@ -83,6 +94,7 @@ public enum ServiceRunner {
             // waits for the first connection and the first subscription.
             while !Task.isCancelled {
                 do {
+                    try await output.connect(timeout: .seconds(30))
                     try await client.connect(timeout: .seconds(30))
                     try await client.subscribe(host.subscriptions, qos: .atLeastOnce)
                     return true
@@ -99,6 +111,7 @@ public enum ServiceRunner {
         guard await connected.value else {
             logger.info("stopped before connecting")
             await client.disconnect(timeout: .seconds(1))
+            await output.disconnect(timeout: .seconds(1))
             host.close()
             return 0
         }
@@ -106,15 +119,36 @@ public enum ServiceRunner {
         logger.info("service started", ["service": name, "broker": "\(context.settings.mqttHost):\(context.settings.mqttPort)",
                                         "version": TrackerVersion.current, "epoch": host.epoch])
 
-        let healthLoop = Task { await health.run(client: client) }
+        let healthLoop = Task { await health.run(client: output) }
         let received = await signal.value
         logger.info("stopping", ["signal": "\(received)"])
         healthLoop.cancel()
-        await client.drain(timeout: .seconds(5))
-        try? await client.publishAndWait(health.message(.offline), timeout: .seconds(3))
+        // Input first: no new work; then what the last batches published reaches the broker.
         await client.disconnect(timeout: .seconds(3))
+        await output.drain(timeout: .seconds(5))
+        try? await output.publishAndWait(health.message(.offline), timeout: .seconds(3))
+        await output.disconnect(timeout: .seconds(3))
         host.close()
         logger.info("stopped")
         return 0
+    }
+}
+
+/// Back-pressure: input is read only while the output waiting for the broker
+/// stays under `limit` messages; once held back, reading resumes below half
+/// of it (hysteresis, so the gate does not flutter).
+final class OutputPressure: Sendable {
+    let limit: Int
+    private let held = Mutex(false)
+    private let counters: HealthCounters
+
+    init(limit: Int, counters: HealthCounters) { self.limit = limit; self.counters = counters }
+
+    func allowsReading(waiting: Int) -> Bool {
+        held.withLock { held in
+            if held, waiting < limit / 2 { held = false }
+            else if !held, waiting >= limit { held = true; counters.count("inputHeld") }
+            return !held
+        }
     }
 }

@@ -140,6 +140,8 @@ public struct CommonSettings: Sendable {
     public var queryBacklog: Int
     /// The largest command reply; a longer page stops short with `nextOffset`.
     public var maxReplyBytes: Int
+    /// Messages waiting for the broker at most before input is held back.
+    public var outputBacklogMax: Int
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -165,5 +167,6 @@ public struct CommonSettings: Sendable {
         deviceCacheCapacity = try reader.int("deviceCacheCapacity", default: 10_000, in: 1...10_000_000)
         queryBacklog = try reader.int("queryBacklog", default: 64, in: 1...100_000)
         maxReplyBytes = try reader.int("maxReplyBytes", default: 1 << 20, in: 4_096...(64 << 20))
+        outputBacklogMax = try reader.int("outputBacklogMax", default: 20_000, in: 100...1_000_000)
     }
 }

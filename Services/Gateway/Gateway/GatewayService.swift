@@ -12,7 +12,10 @@ struct GatewaySettings {
     var ownTracks: Bool
 
     init(_ reader: SettingsReader) throws {
-        ringCapacity = try reader.int("ringCapacity", default: 50_000, in: 10...10_000_000)
+        // The ring is also the duplicate check for redelivered fixes: it must hold
+        // at least what the broker may redeliver after a dropped connection
+        // (the 1,000 messages in flight to us), or a redelivered fix would be numbered twice.
+        ringCapacity = try reader.int("ringCapacity", default: 50_000, in: 1_000...10_000_000)
         sessionPolicy = SessionPolicy(
             autoSession: try reader.bool("autoSession", default: true),
             idleTimeoutMs: Int64(try reader.double("sessionIdleTimeoutSec", default: 1_800, in: 1...31_536_000) * 1000))

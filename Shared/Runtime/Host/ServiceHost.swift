@@ -96,6 +96,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             let outbox = Outbox(topic: { [topics] in topic(topics, $0) })
             for (device, acked) in try store.watermarks(in: route.log) { outbox.restore(device, ackedThrough: acked) }
             self.outbox = outbox
+            // Health reads it live: the messages the broker has not acknowledged yet.
+            counters.queueDepth { Int64(outbox.pendingCount) }
         } else {
             outbox = nil
         }
@@ -380,7 +382,6 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             logger.error("periodic work failed", ["error": "\(error)"])
             fail(error, culprit: nil)
         }
-        counters.queueDepth(Int64(outbox?.pendingCount ?? 0))
     }
 
     /// Saves the outbox watermarks that moved and trims the outbox log below them.
