@@ -13,7 +13,9 @@ enum MemoryBench {
 
     static func run(count: Int, devices: Int) async throws {
         let broker = try TestBroker()
-        let config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
+        var config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
+        // MEMORY_CACHE=N: the services' deviceCacheCapacity, to see what it costs and saves.
+        if let capacity = ProcessInfo.processInfo.environment["MEMORY_CACHE"].flatMap(Int.init) { config["deviceCacheCapacity"] = capacity }
         let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: config)
         let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: config)
         try gateway.start()

@@ -61,7 +61,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
-                cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, pause: @escaping (Duration) -> Void = { Thread.sleep(forTimeInterval: Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) }) throws {
+                cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20,
+                pause: @escaping (Duration) -> Void = ServiceHost.sleep) throws {
         name = definition.name
         do {
             db = try Database(path: databasePath)
@@ -421,6 +422,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         do { try saveWatermarks() } catch { logger.error("cannot save the outbox watermarks", ["error": "\(error)"]) }
         _ = commit()
         do { try db.checkpoint() } catch { logger.error("checkpoint failed", ["error": "\(error)"]) }
+    }
+
+    public static func sleep(_ duration: Duration) {
+        Thread.sleep(forTimeInterval: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
     }
 
     /// The pause before a failed batch comes back: doubling from 50 ms, at most 5 s.
