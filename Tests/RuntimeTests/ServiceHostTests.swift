@@ -23,7 +23,7 @@ struct Tally: Codable, Equatable {
 
 /// A service with one sequenced input (`raw`), one external one (`fixes`),
 /// an outbox log and a command: small enough to check the host alone.
-func tallyService(keep: Int = 1_000) -> ServiceDefinition<Tally> {
+func tallyService(keep: Int = 1_000, maxTotal: Int? = nil) -> ServiceDefinition<Tally> {
     ServiceDefinition(name: "filter", migrations: [("items", DeviceLog.schema("items"))], rows: .json(fresh: { Tally() })) { db in
         let items = try DeviceLog(db: db, table: "items")
         let apply: (Item, Work<Tally>) throws -> Void = { item, work in
@@ -45,7 +45,7 @@ func tallyService(keep: Int = 1_000) -> ServiceDefinition<Tally> {
                 CommandRoute("getRawPoints") { _, _ in throw CommandError(.notReady, "off") },
             ],
             outbox: OutboxRoute(log: items) { "\($0.prefix)/\($1)/points" },
-            retention: [LogRetention(items, keepPerDevice: keep)])
+            retention: [LogRetention(items, keepPerDevice: keep, maxTotal: maxTotal)])
     }
 }
 
@@ -264,5 +264,33 @@ final class PauseLog: @unchecked Sendable {
         #expect { try HostHarness(path: path) } throws: { error in
             (error as? ConfigError).map { $0.problem.contains(path) && $0.problem.contains("cannot be used") } ?? false
         }
+    }
+}
+
+@Suite struct LogTotalTests {
+    @Test func aLogOverItsTotalIsCutToAnEqualShareNeverBelowTheAcknowledged() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cap-\(UUID().uuidString).sqlite").path
+        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let bus = RecordingBus()
+        let host = try ServiceHost(tallyService(keep: 1_000, maxTotal: 1_000), databasePath: path, bus: bus, topics: Topics(),
+                                   logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), pause: { _ in })
+        func item(_ d: Int, _ seq: Int) -> MQTTMessage {
+            MQTTMessage(topic: "tracker/d\(d)/raw", payload: Array(JSONCoding.encode(Item(seq: Int64(seq), epoch: "e", value: 1))))
+        }
+        // 20 devices × 100 entries = 2,000 in a log allowed 1,000 in all.
+        for seq in 1...100 { (0..<20).forEach { host.receive(item($0, seq)) }; #expect(host.commit()) }
+        // Nothing acknowledged yet: an outbox keeps all of it, whatever the cap.
+        host.tick(); #expect(host.commit())
+        #expect(try host.logCountForTests("items") == 2_000)
+        bus.acknowledgeAll()
+        host.tick(); #expect(host.commit())  // watermarks saved (per-device keep of 1,000 trims nothing)
+        host.tick(); #expect(host.commit())  // over the total: each device keeps 1,000 × 90 % / 20 = 45
+        #expect(try host.logCountForTests("items") == 900)
+        #expect(try host.logCountForTests("items", "d7") == 45)
+        // New entries keep to the share too.
+        for seq in 101...164 { (0..<20).forEach { host.receive(item($0, seq)) }; #expect(host.commit()) }
+        bus.acknowledgeAll()
+        host.tick(); #expect(host.commit())
+        #expect(try host.logCountForTests("items") <= 1_000)
     }
 }

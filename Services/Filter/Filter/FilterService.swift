@@ -9,6 +9,7 @@ struct FilterSettings {
     var decisionLog: Bool
     var rawPoints: Bool
     var retentionPerDevice: Int
+    var retentionTotal: Int
     var rejectionEvents: RejectionEvents
 
     init(_ reader: SettingsReader) throws {
@@ -17,6 +18,7 @@ struct FilterSettings {
         decisionLog = try reader.bool("decisionLog", default: true)
         rawPoints = try reader.bool("rawPoints", default: true)
         retentionPerDevice = try reader.int("retentionPerDevice", default: 100_000, in: 100...100_000_000)
+        retentionTotal = try reader.int("retentionTotal", default: 5_000_000, in: 1_000...1_000_000_000)
         let events = try reader.choice("rejectionEvents", default: "all", among: ["all", "sampled", "off"])
         let every = try reader.int("rejectionSampleEvery", default: 10, in: 1...1_000_000)
         rejectionEvents = switch events {
@@ -38,7 +40,7 @@ enum FilterService {
         return ServiceDefinition(name: "filter", migrations: FilterStore.migrations, rows: rows) { db in
             let store = try FilterStore(db: db)
             let core = FilterCore(profile: settings.profile)
-            let keep = settings.retentionPerDevice
+            let keep = settings.retentionPerDevice, total = settings.retentionTotal
             return Routes(
                 inputs: [
                     .sequenced("raw", decode: { try RawFix(flat: $0) ?? JSONCoding.decoder.decode(RawFix.self, from: Data($0)) }) { raw, work in
@@ -63,8 +65,9 @@ enum FilterService {
                     },
                 ],
                 outbox: OutboxRoute(log: store.points) { $0.points($1) },
-                retention: [LogRetention(store.decisions, keepPerDevice: keep), LogRetention(store.judged, keepPerDevice: keep),
-                            LogRetention(store.points, keepPerDevice: keep)])
+                retention: [LogRetention(store.decisions, keepPerDevice: keep, maxTotal: total),
+                            LogRetention(store.judged, keepPerDevice: keep, maxTotal: total),
+                            LogRetention(store.points, keepPerDevice: keep, maxTotal: total)])
         }
     }
 

@@ -7,6 +7,7 @@ import Runtime
 /// The gateway's settings, read from `config/gateway.json` and the environment.
 struct GatewaySettings {
     var ringCapacity: Int
+    var ringTotalCapacity: Int
     var sessionPolicy: SessionPolicy
     var validator: FixValidator
     var ownTracks: Bool
@@ -16,6 +17,7 @@ struct GatewaySettings {
         // at least what the broker may redeliver after a dropped connection
         // (the 1,000 messages in flight to us), or a redelivered fix would be numbered twice.
         ringCapacity = try reader.int("ringCapacity", default: 50_000, in: 1_000...10_000_000)
+        ringTotalCapacity = try reader.int("ringTotalCapacity", default: 5_000_000, in: 1_000...1_000_000_000)
         sessionPolicy = SessionPolicy(
             autoSession: try reader.bool("autoSession", default: true),
             idleTimeoutMs: Int64(try reader.double("sessionIdleTimeoutSec", default: 1_800, in: 1...31_536_000) * 1000))
@@ -55,7 +57,7 @@ enum GatewayService {
                 inputs: inputs,
                 commands: handler.commands,
                 outbox: OutboxRoute(log: store.ring) { $0.raw($1) },
-                retention: [LogRetention(store.ring, keepPerDevice: settings.ringCapacity)],
+                retention: [LogRetention(store.ring, keepPerDevice: settings.ringCapacity, maxTotal: settings.ringTotalCapacity)],
                 sweep: SweepRoute(candidates: { try store.silentAutoSessions(receivedBeforeMs: $0 - idleTimeoutMs) },
                                   apply: handler.sweep),
                 answersUnknownCommands: true)

@@ -73,10 +73,22 @@ public final class DeviceLog {
                      [.text(device.rawValue), .integer(seq), .integer(Int64(min(limit, Int(Int64.max))))]) { ($0.int64(0), $0.string(1)) }
     }
 
-    /// Deletes the device's entries at or below `seq`.
-    public func trim(_ device: DeviceID, through seq: Int64) throws {
-        guard seq > 0 else { return }
+    /// Deletes the device's entries at or below `seq`; returns how many.
+    @discardableResult
+    public func trim(_ device: DeviceID, through seq: Int64) throws -> Int {
+        guard seq > 0 else { return 0 }
         try db.run("DELETE FROM \(table) WHERE device = ? AND seq <= ?", .text(device.rawValue), .integer(seq))
+        return db.changes
+    }
+
+    /// The device's newest seq in this log.
+    public func newestSeq(_ device: DeviceID) throws -> Int64? {
+        try db.first("SELECT max(seq) FROM \(table) WHERE device = ?", [.text(device.rawValue)]) { $0.optionalInt64(0) } ?? nil
+    }
+
+    /// Entries of every device.
+    public func totalCount() throws -> Int {
+        try db.first("SELECT count(*) FROM \(table)") { $0.int(0) } ?? 0
     }
 
     public func count(_ device: DeviceID) throws -> Int {
@@ -84,9 +96,23 @@ public final class DeviceLog {
     }
 }
 
-/// A log a service keeps, and how many entries per device it retains.
-public struct LogRetention {
+/// A log a service keeps, and how much of it: `keepPerDevice` entries for
+/// each device and, across devices, `maxTotal`. Over that total, every device
+/// is cut to an equal share until the log is back under it (a large fleet
+/// keeps less history per device, the disk stays bounded). Confined to the
+/// host's network thread, like the log.
+public final class LogRetention {
     public let log: DeviceLog
     public let keepPerDevice: Int
-    public init(_ log: DeviceLog, keepPerDevice: Int) { self.log = log; self.keepPerDevice = keepPerDevice }
+    public let maxTotal: Int?
+    /// Entries per device while the log is held to `maxTotal`.
+    var share: Int?
+    /// Entries in the log: counted at start, followed since.
+    var total = 0
+
+    public init(_ log: DeviceLog, keepPerDevice: Int, maxTotal: Int? = nil) {
+        self.log = log; self.keepPerDevice = keepPerDevice; self.maxTotal = maxTotal
+    }
+
+    var keep: Int { min(keepPerDevice, share ?? .max) }
 }

@@ -60,6 +60,12 @@ public final class HostStore {
         try db.run("UPDATE host_devices SET ackedThrough = max(ackedThrough, ?) WHERE device = ?", .integer(seq), .text(device.rawValue))
     }
 
+    /// Every device the service has a row for, with its saved outbox watermark.
+    func devices() throws -> [(device: DeviceID, ackedThrough: Int64)] {
+        try db.query("SELECT device, ackedThrough FROM host_devices") { ($0.string(0), $0.int64(1)) }
+            .compactMap { id, acked in DeviceID(allowingReserved: id).map { ($0, acked) } }
+    }
+
     /// Every outbox entry above its device's watermark, oldest first per device.
     func unacknowledged(in log: DeviceLog) throws -> [(device: DeviceID, seq: Int64, body: String)] {
         try db.query("""

@@ -83,6 +83,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         inputs = Dictionary(uniqueKeysWithValues: routes.inputs.map { ($0.name, $0) })
         commands = Dictionary(uniqueKeysWithValues: routes.commands.map { ($0.name, $0) })
         retention = Dictionary(uniqueKeysWithValues: routes.retention.map { (ObjectIdentifier($0.log), $0) })
+        for capped in routes.retention where capped.maxTotal != nil { capped.total = try capped.log.totalCount() }
         cache = DeviceCache(capacity: cacheCapacity)
         self.bus = bus
         self.topics = topics
@@ -366,6 +367,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if batch.failure == nil, !db.hasOpenBatch { try? db.openBatch() }
         do {
             try saveWatermarks()
+            try holdLogsToTheirTotals()
             if let sweep = routes.sweep {
                 for device in try sweep.candidates(clock.nowMs()) {
                     let work = try self.work(device)
@@ -390,14 +392,45 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard let outbox, let route = routes.outbox else { return }
         let moved = outbox.takeUnsaved()
         do {
-            let keep = Int64(retention[ObjectIdentifier(route.log)]?.keepPerDevice ?? 0)
+            let outboxRetention = retention[ObjectIdentifier(route.log)]
+            let keep = Int64(outboxRetention?.keep ?? 0)
             for (device, acked) in moved {
                 try store.saveAckedThrough(device, acked)
-                if let highest = outbox.highestSent(device) { try route.log.trim(device, through: min(acked, highest - keep)) }
+                if let highest = outbox.highestSent(device) {
+                    let trimmed = try route.log.trim(device, through: min(acked, highest - keep))
+                    outboxRetention?.total -= trimmed
+                }
             }
         } catch {
             outbox.unsave(moved)
             throw error
+        }
+    }
+
+    /// A log over its `maxTotal` is cut to an equal share per device (to 90 %
+    /// of the total, so this runs seldom); an outbox never below what the
+    /// broker acknowledged. The share stays while the fleet needs it.
+    private func holdLogsToTheirTotals() throws {
+        for capped in routes.retention {
+            guard let maxTotal = capped.maxTotal else { continue }
+            if capped.total <= maxTotal {
+                if let share = capped.share, capped.total < maxTotal / 2, share < capped.keepPerDevice { capped.share = nil }
+                continue
+            }
+            let devices = try store.devices()
+            let share = max(1, maxTotal * 9 / 10 / max(1, devices.count))
+            capped.share = share
+            let isOutbox = capped.log === routes.outbox?.log
+            for (device, saved) in devices {
+                guard let newest = try capped.log.newestSeq(device) else { continue }
+                var through = newest - Int64(share)
+                if isOutbox { through = min(through, max(saved, outbox?.ackedThrough(device) ?? 0)) }
+                try capped.log.trim(device, through: through)
+            }
+            capped.total = try capped.log.totalCount()
+            counters.count("logsCapped")
+            logger.info("log held to its total; each device keeps an equal share",
+                        ["log": capped.log.table, "maxTotal": "\(maxTotal)", "share": "\(share)", "devices": "\(devices.count)"])
         }
     }
 
@@ -438,8 +471,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     var queueDepthForTests: Int { outbox?.pendingCount ?? 0 }
 
-    func logCountForTests(_ table: String, _ device: String) throws -> Int {
-        try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device)]) { $0.int(0) } ?? 0
+    func logCountForTests(_ table: String, _ device: String? = nil) throws -> Int {
+        guard let device else { return try db.first("SELECT count(*) FROM \(table)") { $0.int(0) } ?? 0 }
+        return try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device)]) { $0.int(0) } ?? 0
     }
 }
 

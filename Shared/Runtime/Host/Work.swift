@@ -109,10 +109,13 @@ public final class Work<Row> {
     /// every 256 seqs (an outbox never past what the broker acknowledged).
     public func append(to log: DeviceLog, seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
         try log.append(device, seq: seq, sessionID: sessionID, timeMs: timeMs, body: body)
-        if seq % 256 == 0, let keep = retention[ObjectIdentifier(log)]?.keepPerDevice {
-            var through = seq - Int64(keep)
+        guard let retention = retention[ObjectIdentifier(log)] else { return }
+        retention.total += 1
+        // Every 256 seqs; every 16 while the log is held to its total.
+        if seq % (retention.share == nil ? 256 : 16) == 0 {
+            var through = seq - Int64(retention.keep)
             if log === outbox?.log { through = min(through, ackedThrough) }
-            try log.trim(device, through: through)
+            retention.total -= try log.trim(device, through: through)
         }
     }
 
