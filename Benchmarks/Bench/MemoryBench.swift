@@ -47,8 +47,8 @@ enum MemoryBench {
                 let bytes = (try? FileManager.default.attributesOfItem(atPath: service.dataDir.appendingPathComponent(file).path)[.size] as? Int) ?? 0
                 return String(format: "%@ %.1f MB", file as NSString, Double(bytes) / 1e6)
             }
-            print(String(format: "  %@: RSS %.1f MB now, peak %.1f MB; %@", name as NSString,
-                         Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.peak ?? 0) / 1_048_576,
+            print(String(format: "  %@: RSS %.1f MB now (%.1f MB its own, the rest shared libraries), peak %.1f MB; %@", name as NSString,
+                         Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576, Double(memory?.peak ?? 0) / 1_048_576,
                          sizes.joined(separator: ", ") as NSString))
         }
     }

@@ -67,15 +67,17 @@ public final class ChildProcess: @unchecked Sendable {
 
     public var log: String { (try? String(contentsOfFile: logFile, encoding: .utf8)) ?? "" }
 
-    /// Resident memory now, in bytes (VmRSS), and its peak so far (VmHWM).
-    public var memory: (resident: Int, peak: Int)? {
+    /// Resident memory now, in bytes (VmRSS), its peak so far (VmHWM), and
+    /// the part that is the process's own (RssAnon; the rest is mapped files,
+    /// mostly shared libraries every service shares).
+    public var memory: (resident: Int, peak: Int, own: Int)? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         func kB(_ key: String) -> Int? {
             status.split(separator: "\n").first { $0.hasPrefix(key) }
                 .flatMap { Int($0.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "") }
         }
-        guard let rss = kB("VmRSS:"), let hwm = kB("VmHWM:") else { return nil }
-        return (rss * 1024, hwm * 1024)
+        guard let rss = kB("VmRSS:"), let hwm = kB("VmHWM:"), let anon = kB("RssAnon:") else { return nil }
+        return (rss * 1024, hwm * 1024, anon * 1024)
     }
 
     deinit {
