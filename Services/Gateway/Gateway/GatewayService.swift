@@ -121,8 +121,29 @@ enum GatewayService {
         // MARK: Commands
 
         private struct StartArgs: Decodable { var tag: String? }
-        private struct RangeArgs: Decodable { var fromMs: Int64?; var toMs: Int64? }
-        private struct ExportArgs: Decodable { var sessionID: String; var name: String; var offset: Int? }
+        private struct RangeArgs: Decodable {
+            var fromMs: Int64?
+            var toMs: Int64?
+            enum CodingKeys: CodingKey { case fromMs, toMs }
+            init(from decoder: any Decoder) throws {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                fromMs = try c.decodeWholeNumberIfPresent(forKey: .fromMs).map(Int64.init)
+                toMs = try c.decodeWholeNumberIfPresent(forKey: .toMs).map(Int64.init)
+            }
+        }
+
+        private struct ExportArgs: Decodable {
+            var sessionID: String
+            var name: String
+            var offset: Int?
+            enum CodingKeys: CodingKey { case sessionID, name, offset }
+            init(from decoder: any Decoder) throws {
+                let c = try decoder.container(keyedBy: CodingKeys.self)
+                sessionID = try c.decode(String.self, forKey: .sessionID)
+                name = try c.decode(String.self, forKey: .name)
+                offset = try c.decodeWholeNumberIfPresent(forKey: .offset)
+            }
+        }
 
         struct Fixture: Encodable {
             var name: String
