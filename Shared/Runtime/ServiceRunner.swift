@@ -75,7 +75,7 @@ public enum ServiceRunner {
             host = try ServiceHost(definition, databasePath: context.databasePath(), bus: output, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
                                    cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
-                                   maxReplyBytes: settings.maxReplyBytes)
+                                   maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000)
         } catch {
             FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
             return 2

@@ -142,6 +142,8 @@ public struct CommonSettings: Sendable {
     public var maxReplyBytes: Int
     /// Messages waiting for the broker at most before input is held back.
     public var outputBacklogMax: Int
+    /// SQLite's page cache for the service's store, in MB.
+    public var sqliteCacheMB: Int
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -168,5 +170,6 @@ public struct CommonSettings: Sendable {
         queryBacklog = try reader.int("queryBacklog", default: 64, in: 1...100_000)
         maxReplyBytes = try reader.int("maxReplyBytes", default: 1 << 20, in: 4_096...(64 << 20))
         outputBacklogMax = try reader.int("outputBacklogMax", default: 20_000, in: 100...1_000_000)
+        sqliteCacheMB = try reader.int("sqliteCacheMB", default: 5, in: 1...4_096)
     }
 }

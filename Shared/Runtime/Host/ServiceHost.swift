@@ -61,11 +61,11 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
-                cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20,
+                cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
                 pause: @escaping (Duration) -> Void = ServiceHost.sleep) throws {
         name = definition.name
         do {
-            db = try Database(path: databasePath)
+            db = try Database(path: databasePath, cacheKB: sqliteCacheKB)
             // A damaged file stops the service now, by name, not in a crash loop later.
             if let problem = try db.quickCheck() { throw StoreError(code: 11, message: "integrity check failed: \(problem)", sql: nil) }
         } catch {
