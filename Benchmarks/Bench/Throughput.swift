@@ -27,8 +27,8 @@ enum Throughput {
         }
         if let health = sink.decoded(Health.self, topicSuffix: "/" + (sink.messages.last { $0.topic.contains("_health") }?.topic.split(separator: "/").last.map(String.init) ?? "")).last,
            let commits = health.counters?["commits"], commits > 0 {
-            print(String(format: "  (%@: %lld messages in %lld commits, %.1f per commit)", health.service as NSString,
-                         health.processed, commits, Double(health.processed) / Double(commits)))
+            print(String(format: "  (%@: %lld messages in %lld commits, %.1f per commit; input held back %lld times)", health.service as NSString,
+                         health.processed, commits, Double(health.processed) / Double(commits), health.counters?["inputHeld"] ?? 0))
         }
         await sink.close()
         await publisher.disconnect()
