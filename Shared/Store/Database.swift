@@ -194,6 +194,7 @@ public final class Database {
         do {
             try execute("COMMIT")
         } catch {
+            // The commit's own error is the one to report; undo what is left of the batch.
             try? rollbackBatch()
             throw error
         }

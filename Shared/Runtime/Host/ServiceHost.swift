@@ -118,10 +118,14 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     // MARK: Messages (network thread)
 
+    /// Everything until the next commit shares one transaction.
+    private func openBatchIfNeeded() {
+        guard batch.failure == nil, !db.hasOpenBatch else { return }
+        do { try db.openBatch() } catch { fail(error, culprit: nil) }
+    }
+
     public func receive(_ message: MQTTMessage) {
-        if batch.failure == nil, !db.hasOpenBatch {
-            do { try db.openBatch() } catch { batch.failure = error }
-        }
+        openBatchIfNeeded()
         // A failed batch is redelivered whole: handling more of it now would be undone anyway.
         guard batch.failure == nil else { return }
         let parsed = topics.parse(message.topic)
@@ -272,7 +276,13 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
         let (row, warning) = try rows.decode(stored.row)
         if let warning { logger.warning(warning, ["device": device.rawValue]) }
-        let inputs = (try? JSONCoding.decoder.decode([String: InputMark].self, from: stored.inputs)) ?? [:]
+        var inputs: [String: InputMark] = [:]
+        do {
+            inputs = try JSONCoding.decoder.decode([String: InputMark].self, from: stored.inputs)
+        } catch {
+            // Loud, not silent: every input of this device is applied again from its next message.
+            logger.error("stored input watermarks unreadable; they start over", ["device": device.rawValue, "error": "\(error)"])
+        }
         return DeviceEntry(row: row, inputs: inputs, ackedThrough: stored.ackedThrough)
     }
 
@@ -319,7 +329,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private func abandonBatch() -> Bool {
         let error = batch.failure.map { "\($0)" } ?? "unknown"
         let storeError = batch.failure as? StoreError
-        try? db.rollbackBatch()
+        do { try db.rollbackBatch() } catch { logger.error("rollback failed", ["error": "\(error)"]) }
         cache.discardDirty()
         counters.count("storeFailures")
         consecutiveFailures += 1
@@ -364,7 +374,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     /// The periodic sweep, the outbox watermarks and the trims they allow.
     public func tick() {
-        if batch.failure == nil, !db.hasOpenBatch { try? db.openBatch() }
+        openBatchIfNeeded()
         do {
             try saveWatermarks()
             try holdLogsToTheirTotals()
@@ -451,7 +461,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// and checkpoint so the `.sqlite` file alone holds everything.
     public func close() {
         queries.finish()
-        if batch.failure == nil, !db.hasOpenBatch { try? db.openBatch() }
+        openBatchIfNeeded()
         do { try saveWatermarks() } catch { logger.error("cannot save the outbox watermarks", ["error": "\(error)"]) }
         _ = commit()
         do { try db.checkpoint() } catch { logger.error("checkpoint failed", ["error": "\(error)"]) }
