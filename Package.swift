@@ -42,7 +42,7 @@ let package = Package(
                 swiftSettings: strict),
         .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime"], path: "Services/Ctl",
                           swiftSettings: strict),
-        .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore"],
+        .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore", "MotionCore"],
                           path: "Benchmarks/Bench", swiftSettings: strict),
 
         // Tests.

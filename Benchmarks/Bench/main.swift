@@ -19,6 +19,8 @@ case "sweep":
     try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
 case "trace" where arguments.count == 2:
     try Trace.run(path: arguments[1])
+case "motion-loop":
+    try MotionLoop.run()
 case "memory":
     try await MemoryBench.run(count: count, devices: arguments.dropFirst(2).first.flatMap(Int.init) ?? 10_000)
 case "host":
