@@ -133,7 +133,7 @@ public final class MQTTClient: @unchecked Sendable {
     /// Runs `body` on the network thread every `interval` while connected,
     /// just before the pass's `beforeAcknowledging` hook.
     public func setPeriodic(every interval: Duration, _ body: @escaping @Sendable () -> Void) {
-        loop.setPeriodic(every: Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18, body)
+        loop.setPeriodic(every: interval.seconds, body)
     }
 
     /// Messages as an async sequence. Installs the handler, so use one or the other.
@@ -149,9 +149,9 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// Starts the network thread, which owns connecting: it connects, and
     /// after any drop reconnects by itself (1 s … 10 s backoff) and
-    /// re-subscribes. Waits for the broker's CONNACK; a failed attempt (no
-    /// broker, refused credentials) or `timeout` throws, while the thread
-    /// keeps trying, so calling this again simply waits for the next attempt.
+    /// re-subscribes. Waits for the broker's CONNACK. The first attempt's
+    /// failure (no broker, refused credentials) or `timeout` throws while the
+    /// thread keeps trying; calling this again waits for the connection.
     public func connect(timeout: Duration = .seconds(10)) async throws {
         let id = state.withLock { s in defer { s.nextWaiterID += 1 }; return s.nextWaiterID }
         let timer = deadline(timeout) { [weak self] in
@@ -186,7 +186,7 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     /// Called by the loop when an attempt fails before any CONNACK.
-    fileprivate func connectAttemptFailed(_ rc: Int32) {
+    private func connectAttemptFailed(_ rc: Int32) {
         let error = MQTTError.library(operation: "connect to \(options.host):\(options.port)", code: rc, message: Self.describe(rc))
         let waiters = state.withLock { s in defer { s.connectWaiters = [:] }; return s.connectWaiters }
         waiters.values.forEach { $0.resume(throwing: error) }
@@ -507,8 +507,7 @@ public final class MQTTClient: @unchecked Sendable {
 
     private func deadline(_ timeout: Duration, _ fire: @escaping @Sendable () -> Void) -> DispatchWorkItem {
         let item = DispatchWorkItem(block: fire)
-        let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds, execute: item)
+        DispatchQueue.global().asyncAfter(deadline: .now() + timeout.seconds, execute: item)
         return item
     }
 

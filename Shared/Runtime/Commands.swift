@@ -24,28 +24,24 @@ public struct IncomingCommand: Sendable {
     /// Reads a request; an unreadable one comes back as the reply to send.
     static func parse(_ message: MQTTMessage, device: DeviceID, name: String) -> Result<IncomingCommand, CommandReplyMessage> {
         let blank = message.payload.allSatisfy { $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }
-        var request = CommandRequest()
-        if let key = DuplicateKeys.first(in: message.payload) {
-            let command = IncomingCommand(device: device, name: name, request: CommandRequest(),
-                                          responseTopic: message.responseTopic, correlationData: message.correlationData)
-            return .failure(CommandReplyMessage(command, .failure(id: nil, CommandError(.badInput, "request: key '\(key)' appears twice in one object"))))
+        func command(_ request: CommandRequest) -> IncomingCommand {
+            IncomingCommand(device: device, name: name, request: request,
+                            responseTopic: message.responseTopic, correlationData: message.correlationData)
         }
-        if !blank {
-            do {
-                request = try JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
-            } catch {
-                let command = IncomingCommand(device: device, name: name, request: CommandRequest(),
-                                              responseTopic: message.responseTopic, correlationData: message.correlationData)
-                // A readable request with an unusable value says which; anything else gets the expected shape.
-                var text = "request is not a JSON object {\"id\":…,\"args\":{…}}"
-                if let decoding = error as? DecodingError, case .dataCorrupted(let context) = decoding, !context.codingPath.isEmpty {
-                    text = DecodingErrorText.describe(decoding)
-                }
-                return .failure(CommandReplyMessage(command, .failure(id: nil, CommandError(.badInput, text))))
-            }
+        func refusal(_ text: String) -> Result<IncomingCommand, CommandReplyMessage> {
+            .failure(CommandReplyMessage(command(CommandRequest()), .failure(id: nil, CommandError(.badInput, text))))
         }
-        return .success(IncomingCommand(device: device, name: name, request: request,
-                                        responseTopic: message.responseTopic, correlationData: message.correlationData))
+        if let key = DuplicateKeys.first(in: message.payload) { return refusal("request: key '\(key)' appears twice in one object") }
+        guard !blank else { return .success(command(CommandRequest())) }
+        do {
+            return .success(command(try JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))))
+        } catch let error as DecodingError {
+            // A readable request with an unusable value says which; anything else gets the expected shape.
+            if case .dataCorrupted(let context) = error, !context.codingPath.isEmpty { return refusal(DecodingErrorText.describe(error)) }
+            return refusal("request is not a JSON object {\"id\":…,\"args\":{…}}")
+        } catch {
+            return refusal("request is not a JSON object {\"id\":…,\"args\":{…}}")
+        }
     }
 }
 
@@ -56,9 +52,10 @@ struct CommandReplyMessage: Error {
     let reply: CommandReply
     init(_ command: IncomingCommand, _ reply: CommandReply) { self.command = command; self.reply = reply }
 
-    func message(_ topics: Topics) -> MQTTMessage {
+    /// The reply as an MQTT message; `payload` when the reply was written already (a page spliced as stored).
+    func message(_ topics: Topics, payload: [UInt8]? = nil) -> MQTTMessage {
         var message = MQTTMessage(topic: command.responseTopic ?? topics.reply(command.device, command.name),
-                                  payload: Array(JSONCoding.encode(reply)), qos: .atLeastOnce)
+                                  payload: payload ?? Array(JSONCoding.encode(reply)), qos: .atLeastOnce)
         message.correlationData = command.correlationData
         return message
     }

@@ -64,7 +64,7 @@ public struct HealthReporter: Sendable {
         return Health(service: service, status: status, version: TrackerVersion.current, startedMs: startedMs,
                       timeMs: clock.nowMs(), processed: values.processed, errors: values.errors,
                       lagMs: values.lagMs, queueDepth: values.queueDepth,
-                      intervalMs: Int64(interval.components.seconds * 1000 + interval.components.attoseconds / 1_000_000_000_000_000),
+                      intervalMs: interval.milliseconds,
                       instance: instance, counters: values.extra.isEmpty ? nil : values.extra, note: values.note)
     }
 

@@ -1,3 +1,4 @@
+import Bus
 import Model
 import Synchronization
 
@@ -32,8 +33,7 @@ public final class ManualClock: Clock, WallClock, Sendable {
     public init(startMs: Int64 = 1_800_000_000_000) { self.startMs = startMs }
 
     public func nowMs() -> Int64 {
-        let offset = now.offset.components
-        return startMs + offset.seconds * 1000 + offset.attoseconds / 1_000_000_000_000_000
+        startMs + now.offset.milliseconds
     }
 
     public var now: Instant { state.withLock { $0.now } }

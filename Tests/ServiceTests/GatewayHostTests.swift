@@ -4,7 +4,7 @@ import Foundation
 import GatewayCore
 import Logging
 import Model
-import Runtime
+@testable import Runtime
 import TestSupport
 import Testing
 
@@ -12,13 +12,14 @@ import Testing
 @Suite struct GatewayHostTests {
     let bus = RecordingBus()
     let clock = ManualClock()
+    let counters = HealthCounters()
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("gw-\(UUID().uuidString).sqlite").path
 
     func host(idleTimeoutSec: Double = 60, topics: Topics = Topics()) throws -> ServiceHost<GatewayRow> {
         let reader = SettingsReader(values: ["sessionIdleTimeoutSec": .number(idleTimeoutSec)], source: "test")
         return try ServiceHost(GatewayService.definition(try GatewaySettings(reader)), databasePath: path, bus: bus,
                                topics: topics, logger: Logger(label: "test", minimum: .off),
-                               counters: HealthCounters(), clock: clock)
+                               counters: counters, clock: clock)
     }
 
     func reply(on topic: String) throws -> CommandReply? {
@@ -100,5 +101,13 @@ import Testing
         gateway.receive(MQTTMessage(topic: "owntracks/u1/phone", string: #"{"_type":"location","tst":\#(t),"lat":1,"lon":2,"acc":5}"#))
         #expect(gateway.commit())
         #expect(bus.messages(topicSuffix: "/raw").map(\.topic) == ["tracker/u1.phone/raw"])
+    }
+
+    @Test func badFixesCountAsErrorsInHealth() throws {
+        let gateway = try host()
+        gateway.receive(MQTTMessage(topic: "tracker/van1/fixes", string: #"[{"t":1,"lat":1,"lon":2,"acc":5},{"lat":91}]"#))
+        #expect(gateway.commit())
+        #expect(counters.snapshot().errors == 2)
+        #expect(counters.snapshot().extra["badInput"] == 2)
     }
 }

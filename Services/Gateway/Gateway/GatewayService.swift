@@ -58,7 +58,10 @@ enum GatewayService {
                 commands: handler.commands,
                 outbox: OutboxRoute(log: store.ring) { $0.raw($1) },
                 retention: [LogRetention(store.ring, keepPerDevice: settings.ringCapacity, maxTotal: settings.ringTotalCapacity)],
-                sweep: SweepRoute(candidates: { try store.silentAutoSessions(receivedBeforeMs: $0 - idleTimeoutMs) },
+                // At most a sixtieth of the idle timeout late (30 s of 30 min): one store query
+                // per interval instead of one every second.
+                sweep: SweepRoute(every: .milliseconds(max(1_000, min(60_000, idleTimeoutMs / 60))),
+                                  candidates: { try store.silentAutoSessions(receivedBeforeMs: $0 - idleTimeoutMs) },
                                   apply: handler.sweep),
                 answersUnknownCommands: true)
         }
@@ -89,6 +92,7 @@ enum GatewayService {
                     try record(change, work)
                 case .badInput(let problem):
                     work.count("badInput")
+                    work.error()
                     work.emit(.error(code: ErrorCode.badInput.rawValue, message: problem.message))
                 case .duplicates(let times):
                     work.count("duplicates", Int64(times.count))

@@ -53,9 +53,6 @@ final class DeviceCache<Entry> {
         dirty.removeAll()
     }
 
-    /// Every cached entry (for sweeps of what is in memory).
-    var all: [(DeviceID, Entry)] { entries.map { ($0.key, $0.value.entry) } }
-
     /// Drops the least recently used clean entries once over capacity.
     func evictIfNeeded() {
         guard entries.count > capacity else { return }

@@ -91,9 +91,6 @@ public final class DeviceLog {
         try db.first("SELECT count(*) FROM \(table)") { $0.int(0) } ?? 0
     }
 
-    public func count(_ device: DeviceID) throws -> Int {
-        try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device.rawValue)]) { $0.int(0) } ?? 0
-    }
 }
 
 /// A log a service keeps, and how much of it: `keepPerDevice` entries for

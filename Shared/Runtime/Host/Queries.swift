@@ -85,8 +85,7 @@ final class QueryWorker: Sendable {
                 payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, CommandError(.internal, "store failed: \(error)"))))
             }
             counters.count("queries")
-            var message = CommandReplyMessage(command, .success(id: nil, .null)).message(topics)
-            message.payload = payload
+            let message = CommandReplyMessage(command, .success(id: command.request.id, .null)).message(topics, payload: payload)
             do { try bus.publish(message, acknowledged: nil) } catch {
                 logger.warning("reply not published", ["mqtt.topic": message.topic, "error": "\(error)"])
             }

@@ -143,13 +143,14 @@ public struct CommandRoute<Row> {
     private init(name: String, scope: Scope, kind: Kind) { self.name = name; self.scope = scope; self.kind = kind }
 }
 
-/// Periodic work: which devices to look at (from the store, so evicted
-/// devices are not forgotten), and what to do with each.
+/// Periodic work, `every` so often: which devices to look at (from the
+/// store, so evicted devices are not forgotten), and what to do with each.
 public struct SweepRoute<Row> {
+    public let every: Duration
     public let candidates: (_ nowMs: Int64) throws -> [DeviceID]
     public let apply: (Work<Row>) throws -> Void
-    public init(candidates: @escaping (Int64) throws -> [DeviceID], apply: @escaping (Work<Row>) throws -> Void) {
-        self.candidates = candidates; self.apply = apply
+    public init(every: Duration, candidates: @escaping (Int64) throws -> [DeviceID], apply: @escaping (Work<Row>) throws -> Void) {
+        self.every = every; self.candidates = candidates; self.apply = apply
     }
 }
 

@@ -45,6 +45,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private var batch = Batch()
     private var attempts = FailedAttempts()
     private var consecutiveFailures = 0
+    /// Wall-clock time the sweep last ran.
+    private var lastSweepMs: Int64?
     private var invalidTopicLogs = RateLimit(perMinute: 10)
 
     struct Batch {
@@ -349,6 +351,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     private func perform(_ effects: BatchEffects) {
         if effects.processed > 0 { counters.processed(effects.processed) }
+        if effects.errors > 0 { counters.error(effects.errors) }
         if let lag = effects.lagMs { counters.lag(lag) }
         for effect in effects.items {
             switch effect {
@@ -378,8 +381,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         do {
             try saveWatermarks()
             try holdLogsToTheirTotals()
-            if let sweep = routes.sweep {
-                for device in try sweep.candidates(clock.nowMs()) {
+            let nowMs = clock.nowMs()
+            if let sweep = routes.sweep, lastSweepMs.map({ nowMs - $0 >= sweep.every.milliseconds }) ?? true {
+                lastSweepMs = nowMs
+                for device in try sweep.candidates(nowMs) {
                     let work = try self.work(device)
                     let mark = batch.effects.mark
                     do {
@@ -468,7 +473,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     public static func sleep(_ duration: Duration) {
-        Thread.sleep(forTimeInterval: Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18)
+        Thread.sleep(forTimeInterval: duration.seconds)
     }
 
     /// The pause before a failed batch comes back: doubling from 50 ms, at most 5 s.

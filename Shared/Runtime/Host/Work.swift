@@ -30,26 +30,30 @@ enum Effect {
 final class BatchEffects {
     var items: [Effect] = []
     var processed: Int64 = 0
+    var errors: Int64 = 0
     var lagMs: Int64?
 
     struct Mark {
         let count: Int
         let processed: Int64
+        let errors: Int64
         let lagMs: Int64?
     }
 
-    var mark: Mark { Mark(count: items.count, processed: processed, lagMs: lagMs) }
+    var mark: Mark { Mark(count: items.count, processed: processed, errors: errors, lagMs: lagMs) }
 
     /// Forgets what was asked for since `mark` (a unit of work that failed).
     func rewind(to mark: Mark) {
         items.removeSubrange(mark.count...)
         processed = mark.processed
+        errors = mark.errors
         lagMs = mark.lagMs
     }
 
     func reset() {
         items.removeAll(keepingCapacity: true)
         processed = 0
+        errors = 0
         lagMs = nil
     }
 }
@@ -122,6 +126,8 @@ public final class Work<Row> {
     public func count(_ counter: String, _ n: Int64 = 1) { effects.items.append(.count(counter, n)) }
     /// Messages this unit handled, for health's `processed`.
     public func processed(_ n: Int64 = 1) { effects.processed += n }
+    /// An input refused for what it says (health's `errors`).
+    public func error() { effects.errors += 1 }
     /// Health's `lagMs`: the newest unit's figure wins.
     public func lag(_ ms: Int64) { effects.lagMs = ms }
 
