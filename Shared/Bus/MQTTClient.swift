@@ -44,6 +44,8 @@ public final class MQTTClient: @unchecked Sendable {
         var backlog = Backlog()
         var subscribeWaiters: [Int32: (filters: [String], continuation: CheckedContinuation<Void, any Error>)] = [:]
         var subscriptions: [(filter: String, qos: QoS)] = []
+        /// The re-subscriptions of the current connection not yet acknowledged.
+        var resubscribing: Set<Int32> = []
         var handler: Handler?
         var onConnect: (@Sendable (_ reconnect: Bool) -> Void)?
         var requests: [[UInt8]: CheckedContinuation<MQTTMessage, any Error>] = [:]
@@ -144,6 +146,10 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     public var isConnected: Bool { state.withLock { $0.connected } }
+
+    /// Connected, and every subscription of this connection acknowledged:
+    /// messages published from now on reach this client.
+    public var isSubscribed: Bool { state.withLock { $0.connected && $0.resubscribing.isEmpty } }
 
     // MARK: Connection
 
@@ -409,11 +415,14 @@ public final class MQTTClient: @unchecked Sendable {
         }
         if count > 1 { logger?.info("reconnected to broker", ["broker": "\(options.host):\(options.port)"]) }
         // Re-subscribe on every connect; the broker may have lost the session.
+        // (Acknowledged on this same thread, later: the ids are noted in time.)
+        var pending: Set<Int32> = []
         for qos in [QoS.atMostOnce, .atLeastOnce] {
             let filters = subscriptions.filter { $0.qos == qos }.map(\.filter)
             var mid: Int32 = 0
-            if !filters.isEmpty { _ = subscribeMultiple(filters, qos: qos, mid: &mid) }
+            if !filters.isEmpty, subscribeMultiple(filters, qos: qos, mid: &mid) == MOSQ_ERR_SUCCESS.rawValue { pending.insert(mid) }
         }
+        state.withLock { $0.resubscribing = pending }
         hook?(count > 1)
         waiters.values.forEach { $0.resume() }
     }
@@ -456,7 +465,10 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     fileprivate func handleSubscribed(mid: Int32, granted: [Int32]) {
-        guard let waiter = state.withLock({ $0.subscribeWaiters.removeValue(forKey: mid) }) else { return }
+        guard let waiter = state.withLock({ s in
+            s.resubscribing.remove(mid)
+            return s.subscribeWaiters.removeValue(forKey: mid)
+        }) else { return }
         if let index = granted.firstIndex(where: { $0 >= 0x80 }) {
             let filter = index < waiter.filters.count ? waiter.filters[index] : "?"
             waiter.continuation.resume(throwing: MQTTError.subscriptionRejected(filter: filter, code: granted[index]))

@@ -76,9 +76,12 @@ public struct HealthReporter: Sendable {
     public var will: MQTTMessage { message(.offline) }
 
     /// Republishes health until cancelled, on the given clock.
-    public func run(client: MQTTClient, clock: some Clock<Duration> = ContinuousClock()) async {
+    /// `ready` says whether the service takes messages now (its input is
+    /// connected and subscribed); `online` is published only then.
+    public func run(client: MQTTClient, ready: @escaping @Sendable () -> Bool = { true },
+                    clock: some Clock<Duration> = ContinuousClock()) async {
         while !Task.isCancelled {
-            try? client.publish(message(.online))
+            if ready() { try? client.publish(message(.online)) }
             do { try await clock.sleep(for: interval) } catch { return }
         }
     }

@@ -119,7 +119,8 @@ public enum ServiceRunner {
         logger.info("service started", ["service": name, "broker": "\(context.settings.mqttHost):\(context.settings.mqttPort)",
                                         "version": TrackerVersion.current, "epoch": host.epoch])
 
-        let healthLoop = Task { await health.run(client: output) }
+        // Online means "takes messages": the input connection is up and subscribed.
+        let healthLoop = Task { await health.run(client: output, ready: { client.isSubscribed }) }
         let received = await signal.value
         logger.info("stopping", ["signal": "\(received)"])
         healthLoop.cancel()
