@@ -258,16 +258,15 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// A device's state for one unit of work (from the cache, else the
     /// store), with the watermark of `input` when it is a sequenced one.
     private func work(_ device: DeviceID, input: String? = nil) throws -> Work<Row> {
-        var entry: DeviceEntry<Row>
+        let entry: DeviceEntry<Row>
         if let cached = cache.get(device) {
             entry = cached
         } else {
             entry = try load(device)
             cache.insertClean(device, entry)
         }
-        if let acked = outbox?.ackedThrough(device) { entry.ackedThrough = max(entry.ackedThrough, acked) }
         let work = Work(device: device, nowMs: clock.nowMs(), epoch: epoch, entry: entry, effects: batch.effects, topics: topics,
-                        outbox: routes.outbox, retention: retention)
+                        outbox: routes.outbox, acknowledgements: outbox, retention: retention)
         if let input { work.input = (input, entry.inputs[input]) }
         return work
     }

@@ -71,16 +71,19 @@ public final class Work<Row> {
     public var row: Row
     /// The watermark of the sequenced input this unit applies (nil for others).
     var input: (name: String, mark: InputMark?)?
-    var ackedThrough: Int64
+    /// The outbox watermark as stored when the entry was loaded.
+    private let storedAckedThrough: Int64
+    /// The broker's acknowledgements of this run (read only when trimming).
+    private let acknowledgements: Outbox?
     private let effects: BatchEffects
     private let topics: Topics
     private let outbox: OutboxRoute?
     private let retention: [ObjectIdentifier: LogRetention]
 
     init(device: DeviceID, nowMs: Int64, epoch: String, entry: DeviceEntry<Row>, effects: BatchEffects, topics: Topics,
-         outbox: OutboxRoute?, retention: [ObjectIdentifier: LogRetention]) {
+         outbox: OutboxRoute?, acknowledgements: Outbox?, retention: [ObjectIdentifier: LogRetention]) {
         self.device = device; self.nowMs = nowMs; self.epoch = epoch; self.effects = effects
-        self.row = entry.row; self.ackedThrough = entry.ackedThrough
+        self.row = entry.row; self.storedAckedThrough = entry.ackedThrough; self.acknowledgements = acknowledgements
         self.topics = topics; self.outbox = outbox; self.retention = retention
     }
 
@@ -118,7 +121,7 @@ public final class Work<Row> {
         // Every 256 seqs; every 16 while the log is held to its total.
         if seq % (retention.share == nil ? 256 : 16) == 0 {
             var through = seq - Int64(retention.keep)
-            if log === outbox?.log { through = min(through, ackedThrough) }
+            if log === outbox?.log { through = min(through, max(storedAckedThrough, acknowledgements?.ackedThrough(device) ?? 0)) }
             retention.total -= try log.trim(device, through: through)
         }
     }
