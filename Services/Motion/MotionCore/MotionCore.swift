@@ -166,7 +166,7 @@ public struct MotionCore: Sendable {
             updateTrip(point, row: &row)
             guard !rules.disableStopDetection else { return effects }
             let standing = point.timeMs - anchor.timeMs
-            if state == .moving, standing >= pendingDelay(row) {
+            if state == .moving, standing >= min(rules.stopPendingAfterMs, rules.stopTimeoutMs) {
                 row.state = .stopPending
                 effects.append(.state(.stopPending, timeMs: point.timeMs, point: point))
             }
@@ -232,10 +232,6 @@ public struct MotionCore: Sendable {
         let gapSec = Double(point.timeMs - last.timeMs) / 1000
         guard gapSec > 0 else { return false }
         return Geodesy.distance(last.latitude, last.longitude, point.latitude, point.longitude) / gapSec < 0.5
-    }
-
-    private func pendingDelay(_ row: MotionRow) -> Int64 {
-        min(rules.stopPendingAfterMs, rules.stopTimeoutMs)
     }
 
     private func depart(_ point: TrackPoint, row: inout MotionRow) -> [MotionEffect] {
