@@ -108,4 +108,14 @@ import Testing
         let walSize = (try? FileManager.default.attributesOfItem(atPath: wal)[.size] as? Int) ?? 0
         #expect(walSize == 0)
     }
+
+    @Test func aDamagedStoreStopsTheServiceWithExitCodeTwoNamingTheFile() throws {
+        let broker = try TestBroker()
+        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
+        let file = gateway.dataDir.appendingPathComponent("tracker-gateway.sqlite")
+        try Data(repeating: 0x5A, count: 16_384).write(to: file)
+        try gateway.start()
+        #expect(gateway.process?.wait(timeout: 20) == 2)
+        #expect(gateway.log.contains(file.path) && gateway.log.contains("cannot be used"))
+    }
 }
