@@ -37,9 +37,9 @@ enum MotionLoop {
             guard let point = filter.judge(FilterInput(fix, seq: Int64(i + 1)), state: &state).point else { continue }
             points += 1
             guard loop else { continue }
-            for case .state(let s, _, _) in motion.handle(point: point, row: &row) {
+            for case .state(let s, let timeMs, _) in motion.handle(point: point, row: &row) {
                 changes += 1
-                if s != .stopPending { state.externalMotion = s }
+                filter.noteMotion(s, timeMs: timeMs, state: &state)
             }
         }
         return (state.odometerM, points, changes)

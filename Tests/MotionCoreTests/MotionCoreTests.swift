@@ -129,7 +129,12 @@ func states(_ effects: [MotionEffect]) -> [(MotionState, Int64)] {
         #expect(flaps == 0, "states \(plainStates)")
     }
 
-    @Test func realStopsOnTheSurveyDriveSettleInTimeAndDepartFast() throws {
+    /// With `feedBack`, each state goes back into the filter as the motion
+    /// service publishes it (`tracker/{d}/motion`): the loop must not park the
+    /// filter for good (it once did: parked on `stationary`, it accepted no
+    /// departure, so the motion machine never saw one).
+    @Test(arguments: [false, true])
+    func realStopsOnTheSurveyDriveSettleInTimeAndDepartFast(feedBack: Bool) throws {
         // The survey-grade drive with phone noise, through the filter; stops of a minute or more settle.
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         var rules = MotionRules()
@@ -140,11 +145,18 @@ func states(_ effects: [MotionEffect]) -> [(MotionState, Int64)] {
         var filterState = DeviceFilterState()
         var row = MotionRow()
         var seen: [(MotionState, Int64)] = []
+        var accepted = 0
         for (i, s) in samples.enumerated() {
             if let p = FilterCore().judge(FilterInput(s.fix, seq: Int64(i + 1)), state: &filterState).point {
-                seen += states(core.handle(point: p, row: &row))
+                accepted += 1
+                let changes = states(core.handle(point: p, row: &row))
+                if feedBack { for (state, timeMs) in changes { FilterCore().noteMotion(state, timeMs: timeMs, state: &filterState) } }
+                seen += changes
             }
         }
+        #expect(accepted > 800, "accepted \(accepted) points")
+        let truthLength = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
+        #expect(abs(filterState.odometerM / truthLength - 1) < 0.04, "odometer \(filterState.odometerM) m, truth \(truthLength) m")
         // True stops (speed under 0.3 m/s) of 60 s or more, from the truth.
         var stops: [(start: Int64, end: Int64)] = []
         var start: Int64?

@@ -47,7 +47,7 @@ enum FilterService {
                         try judge(raw, work, core: core, store: store, settings: settings)
                     },
                     .sequenced("motion", decode: { try JSONCoding.decoder.decode(MotionMessage.self, from: Data($0)) }) { update, work in
-                        work.row.state.externalMotion = update.state
+                        core.noteMotion(update.state, timeMs: update.timeMs, state: &work.row.state)
                     },
                 ],
                 commands: [

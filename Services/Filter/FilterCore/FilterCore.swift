@@ -19,6 +19,9 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var odometerM: Double = 0
     /// Motion state from the motion service, if it publishes one.
     public var externalMotion: MotionState?
+    /// When the filter itself last saw the device leave a stop (fix time):
+    /// a `stationary` from the motion service decided before it is stale.
+    public var departedMs: Int64?
     /// Our own stationary detection: where the device is parked, if it is.
     public var stationaryAnchor: Anchor?
     /// Recent outliers, to recover when the filter (not the fixes) is wrong.
@@ -140,6 +143,14 @@ public struct FilterCore: Sendable {
 
     public init(profile: FilterProfile = .named(.balanced)) { self.profile = profile }
 
+    /// The motion service's state for the device, decided at `timeMs` (fix
+    /// time). A `stationary` decided before the filter's own latest departure
+    /// is stale: the motion service had not yet seen the point that left.
+    public func noteMotion(_ motion: MotionState, timeMs: Int64, state: inout DeviceFilterState) {
+        if motion == .stationary, let departed = state.departedMs, timeMs <= departed { return }
+        state.externalMotion = motion
+    }
+
     public func judge(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
         // 1. Validity.
         guard fix.latitude.isFinite, fix.longitude.isFinite, abs(fix.latitude) <= 90, abs(fix.longitude) <= 180,
@@ -236,6 +247,11 @@ public struct FilterCore: Sendable {
             }
             state.stationaryAnchor = nil
             state.leavingCount = 0
+            // The fixes say the device left: a `stationary` from the motion
+            // service no longer holds (it only ever sees accepted points, so
+            // it cannot learn of the departure until this fix goes out).
+            if state.externalMotion == .stationary { state.externalMotion = nil }
+            state.departedMs = fix.timeMs
             // From standstill the speed is unknown: let the filter pick it up.
             if var east = state.east, var north = state.north {
                 east.vv = max(east.vv, 25)
