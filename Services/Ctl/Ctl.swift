@@ -224,6 +224,15 @@ enum EventText {
         case .sessionStopped(let s): detail = "session \(s.id) ended \(s.endMs.map(String.init) ?? "-")"
         case .trackingGap(let d, let m): detail = String(format: "%.0f s, %.0f m", d, m)
         case .diagnostic(let code, let message), .error(let code, let message): detail = "\(code): \(message)"
+        case .motionChange(let state, _): detail = state.rawValue
+        case .activityChange(let activity, let confidence): detail = "\(activity) (\(confidence))"
+        case .heartbeat(let p): detail = p.map { String(format: "%.6f,%.6f", $0.latitude, $0.longitude) } ?? "-"
+        case .geofenceAdded(let f): detail = String(format: "%@ %.6f,%.6f r %.0f m", f.id, f.latitude, f.longitude, f.radiusM)
+        case .geofenceRemoved(let id, _): detail = id
+        case .geofence(let c): detail = c.geofenceID + (c.interpolated == true ? " (interpolated)" : "")
+        case .tripEnded(let t): detail = String(format: "%.0f m in %.0f s", t.distanceM, t.durationSec ?? 0)
+        case .stopEnded(let s): detail = String(format: "%.0f s at %.6f,%.6f", s.durationSec ?? 0, s.latitude, s.longitude)
+        case .offRoute(_, let d), .onRoute(_, let d): detail = String(format: "%.0f m from the route", d)
         case .other(_, let fields): detail = JSONCoding.string(JSONValue.object(fields))
         }
         return "\(stamp) \(e.device) \(e.type) \(detail)"

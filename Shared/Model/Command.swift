@@ -44,7 +44,7 @@ public enum CommandCatalog {
     public static let filter = ["getDecisions", "getRawPoints"]
     public static let motion = ["changePace", "addGeofence", "removeGeofence", "removeAllGeofences",
                                 "getGeofences", "getGeofenceEvents", "deleteGeofenceEvents",
-                                "setActiveRoute", "isOffRoute"]
+                                "setActiveRoute", "isOffRoute", "getTrips", "getStops"]
     public static let track = ["getPoints", "getCount", "getOdometer", "buildTrack", "exportGeoJSON",
                                "exportPolylineJSON", "exportGPX"]
     public static let uploader = ["configureSync", "syncNow"]

@@ -18,6 +18,17 @@ public struct Event: Codable, Sendable, Equatable {
         case trackingGap(durationSec: Double, distanceMeters: Double)
         case diagnostic(code: String, message: String)
         case error(code: String, message: String)
+        case motionChange(MotionState, point: TrackPoint?)
+        case activityChange(activity: String, confidence: Int)
+        case heartbeat(point: TrackPoint?)
+        case geofenceAdded(Geofence)
+        case geofenceRemoved(id: String, fleet: Bool?)
+        /// `geofenceEnter`, `geofenceExit` or `geofenceDwell`, by the crossing's kind.
+        case geofence(Crossing)
+        case tripEnded(Trip)
+        case stopEnded(Stop)
+        case offRoute(point: TrackPoint?, distanceM: Double)
+        case onRoute(point: TrackPoint?, distanceM: Double)
         /// A type this build does not model; its fields are kept as they came.
         case other(type: String, fields: [String: JSONValue])
     }
@@ -31,12 +42,28 @@ public struct Event: Codable, Sendable, Equatable {
         case .trackingGap: "trackingGap"
         case .diagnostic: "diagnostic"
         case .error: "error"
+        case .motionChange: "motionChange"
+        case .activityChange: "activityChange"
+        case .heartbeat: "heartbeat"
+        case .geofenceAdded: "geofenceAdded"
+        case .geofenceRemoved: "geofenceRemoved"
+        case .geofence(let c):
+            switch c.kind {
+            case .enter: "geofenceEnter"
+            case .exit: "geofenceExit"
+            case .dwell: "geofenceDwell"
+            }
+        case .tripEnded: "tripEnded"
+        case .stopEnded: "stopEnded"
+        case .offRoute: "offRoute"
+        case .onRoute: "onRoute"
         case .other(let type, _): type
         }
     }
 
     private enum Key: String, CodingKey {
         case type, device, timeMs, point, decision, session, durationSec, distanceMeters, code, message
+        case state, activity, confidence, fence, id, fleet, crossing, trip, stop, distanceM
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -54,6 +81,23 @@ public struct Event: Codable, Sendable, Equatable {
         case .diagnostic(let code, let message), .error(let code, let message):
             try c.encode(code, forKey: .code)
             try c.encode(message, forKey: .message)
+        case .motionChange(let state, let point):
+            try c.encode(state, forKey: .state)
+            try c.encodeIfPresent(point, forKey: .point)
+        case .activityChange(let activity, let confidence):
+            try c.encode(activity, forKey: .activity)
+            try c.encode(confidence, forKey: .confidence)
+        case .heartbeat(let point): try c.encodeIfPresent(point, forKey: .point)
+        case .geofenceAdded(let fence): try c.encode(fence, forKey: .fence)
+        case .geofenceRemoved(let id, let fleet):
+            try c.encode(id, forKey: .id)
+            try c.encodeIfPresent(fleet, forKey: .fleet)
+        case .geofence(let crossing): try c.encode(crossing, forKey: .crossing)
+        case .tripEnded(let trip): try c.encode(TripReport(trip), forKey: .trip)
+        case .stopEnded(let stop): try c.encode(stop, forKey: .stop)
+        case .offRoute(let point, let distance), .onRoute(let point, let distance):
+            try c.encodeIfPresent(point, forKey: .point)
+            try c.encode(distance, forKey: .distanceM)
         case .other(_, let fields):
             var any = encoder.container(keyedBy: AnyKey.self)
             for (k, v) in fields where !["type", "device", "timeMs"].contains(k) {
@@ -81,6 +125,20 @@ public struct Event: Codable, Sendable, Equatable {
         case "error":
             body = .error(code: try c.decode(String.self, forKey: .code),
                           message: try c.decode(String.self, forKey: .message))
+        case "motionChange":
+            body = .motionChange(try c.decode(MotionState.self, forKey: .state), point: try c.decodeIfPresent(TrackPoint.self, forKey: .point))
+        case "activityChange":
+            body = .activityChange(activity: try c.decode(String.self, forKey: .activity), confidence: try c.decode(Int.self, forKey: .confidence))
+        case "heartbeat": body = .heartbeat(point: try c.decodeIfPresent(TrackPoint.self, forKey: .point))
+        case "geofenceAdded": body = .geofenceAdded(try c.decode(Geofence.self, forKey: .fence))
+        case "geofenceRemoved":
+            body = .geofenceRemoved(id: try c.decode(String.self, forKey: .id), fleet: try c.decodeIfPresent(Bool.self, forKey: .fleet))
+        case "geofenceEnter", "geofenceExit", "geofenceDwell": body = .geofence(try c.decode(Crossing.self, forKey: .crossing))
+        case "tripEnded": body = .tripEnded(try c.decode(Trip.self, forKey: .trip))
+        case "stopEnded": body = .stopEnded(try c.decode(Stop.self, forKey: .stop))
+        case "offRoute", "onRoute":
+            let point = try c.decodeIfPresent(TrackPoint.self, forKey: .point), distance = try c.decode(Double.self, forKey: .distanceM)
+            body = type == "offRoute" ? .offRoute(point: point, distanceM: distance) : .onRoute(point: point, distanceM: distance)
         default:
             var fields = try decoder.singleValueContainer().decode([String: JSONValue].self)
             for key in ["type", "device", "timeMs"] { fields[key] = nil }

@@ -260,6 +260,15 @@ extension Event: JSONWritable {
                 w.dynamicKey(k)
                 v.write(to: &w)
             }
+        default:
+            // The rarer events (motion, geofences, trips): through their Codable form.
+            w.field("device", device)
+            if case .object(let fields)? = try? JSONValue(encoding: self) {
+                for (k, v) in fields.sorted(by: { $0.key < $1.key }) where !["type", "device", "timeMs"].contains(k) {
+                    w.dynamicKey(k)
+                    v.write(to: &w)
+                }
+            }
         }
         w.field("timeMs", timeMs)
         w.field("type", type)

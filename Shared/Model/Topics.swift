@@ -9,7 +9,8 @@ extension Topics.Parsed {
         case .motion(let d): (d, "motion")
         case .activity(let d): (d, "activity")
         case .ownTracks(let d): (d, "owntracks")
-        case .events, .command, .invalidDevice, .other: nil
+        case .events(let d): (d, "events")
+        case .command, .invalidDevice, .other: nil
         }
     }
 }
@@ -77,7 +78,8 @@ public struct Topics: Sendable, Equatable {
             return .command(id, name: String(parts[3]))
         }
         guard parts.count == 3 else { return .other }
-        guard let id = DeviceID(segment) else { return segment == "_health" ? .other : .invalidDevice(segment) }
+        // Reserved ids (`_health`, `_fleet`) name no device's stream: not ours to refuse.
+        guard let id = DeviceID(segment) else { return DeviceID(allowingReserved: segment) != nil ? .other : .invalidDevice(segment) }
         switch parts[2] {
         case "fixes": return .fixes(id)
         case "raw": return .raw(id)

@@ -1,4 +1,5 @@
 import Bus
+import Dispatch
 import Runtime
 import Synchronization
 
@@ -11,6 +12,8 @@ public final class RecordingBus: MessageBus {
     }
 
     private let state = Mutex<(sent: [Sent], unacknowledged: [Int])>(([], []))
+    /// Signalled on every publish: a test waits for a message, never for a time.
+    private let published = DispatchSemaphore(value: 0)
 
     public init() {}
 
@@ -18,6 +21,17 @@ public final class RecordingBus: MessageBus {
         state.withLock { s in
             s.sent.append(Sent(message: message, acknowledgement: acknowledged))
             s.unacknowledged.append(s.sent.count - 1)
+        }
+        published.signal()
+    }
+
+    /// The first message matching `condition`, waiting for it to be published
+    /// (from another thread: a query's reply) for at most `timeout`.
+    public func waitForMessage(timeout: Duration = .seconds(10), where condition: (MQTTMessage) -> Bool) -> MQTTMessage? {
+        let deadline = DispatchTime.now() + .milliseconds(Int(timeout.milliseconds))
+        while true {
+            if let found = messages.first(where: condition) { return found }
+            if published.wait(timeout: deadline) == .timedOut { return messages.first(where: condition) }
         }
     }
 

@@ -32,22 +32,6 @@ public struct MotionRulesError: Error, CustomStringConvertible, Sendable {
     init(_ description: String) { self.description = description }
 }
 
-/// A motion-activity reading from the phone.
-public struct ActivityReading: Codable, Sendable, Equatable {
-    public var activity: String
-    public var confidence: Int
-    /// History read after a gap, not a live reading.
-    public var snapshot: Bool?
-    public var t: Double?
-
-    public init(activity: String, confidence: Int, snapshot: Bool? = nil, t: Double? = nil) {
-        self.activity = activity; self.confidence = confidence; self.snapshot = snapshot; self.t = t
-    }
-
-    public var isStill: Bool { activity == "still" }
-    public var isMoving: Bool { ["walking", "running", "on_foot", "on_bicycle", "in_vehicle"].contains(activity) }
-}
-
 /// Where the device may be standing: the first fix of the current cluster.
 public struct Anchor: Codable, Sendable, Equatable {
     public var latitude: Double
@@ -72,31 +56,6 @@ public struct Anchor: Codable, Sendable, Equatable {
     }
 
     var centroid: (latitude: Double, longitude: Double) { (sumLatitude / Double(count), sumLongitude / Double(count)) }
-}
-
-/// A settled stop, from arrival to departure.
-public struct Stop: Codable, Sendable, Equatable {
-    public var arrivalMs: Int64
-    public var departureMs: Int64?
-    public var latitude: Double
-    public var longitude: Double
-    public var durationSec: Double? { departureMs.map { Double($0 - arrivalMs) / 1000 } }
-}
-
-/// A trip between two stops.
-public struct Trip: Codable, Sendable, Equatable {
-    public var startMs: Int64
-    public var endMs: Int64?
-    public var startLatitude: Double
-    public var startLongitude: Double
-    public var endLatitude: Double?
-    public var endLongitude: Double?
-    /// Along the accepted points (the filter's odometer difference).
-    public var distanceM: Double
-    public var maxSpeedMps: Double
-    var startOdometerM: Double
-    public var durationSec: Double? { endMs.map { Double($0 - startMs) / 1000 } }
-    public var averageSpeedMps: Double? { durationSec.flatMap { $0 > 0 ? distanceM / $0 : nil } }
 }
 
 /// A device as the motion machine keeps it.
@@ -134,7 +93,7 @@ public struct MotionCore: Sendable {
             // The first point: standing here until the fixes say otherwise.
             row.state = .stationary
             row.anchor = Anchor(point)
-            row.stop = Stop(arrivalMs: point.timeMs, latitude: point.latitude, longitude: point.longitude)
+            row.stop = Stop(arrivalMs: point.timeMs, latitude: point.latitude, longitude: point.longitude, sessionID: point.sessionID)
             return [.state(.stationary, timeMs: point.timeMs, point: point)]
         }
         // Outside the radius only when the fix says so beyond its own accuracy.
@@ -198,7 +157,7 @@ public struct MotionCore: Sendable {
             var effects: [MotionEffect] = [.state(.moving, timeMs: nowMs, point: point)]
             if var stop = row.stop { stop.departureMs = nowMs; effects.append(.stopEnded(stop)); row.stop = nil }
             if let point { row.trip = Trip(startMs: nowMs, startLatitude: point.latitude, startLongitude: point.longitude,
-                                           distanceM: 0, maxSpeedMps: 0, startOdometerM: point.odometerM) }
+                                           startOdometerM: point.odometerM, sessionID: point.sessionID) }
             return effects
         }
         guard row.state != .stationary else { return [] }
@@ -248,7 +207,7 @@ public struct MotionCore: Sendable {
         row.anchor = Anchor(point)
         let from = row.lastPoint ?? point
         row.trip = Trip(startMs: departure, startLatitude: from.latitude, startLongitude: from.longitude,
-                        distanceM: 0, maxSpeedMps: 0, startOdometerM: from.odometerM)
+                        startOdometerM: from.odometerM, sessionID: point.sessionID)
         updateTrip(point, row: &row)
         return effects
     }
@@ -266,7 +225,8 @@ public struct MotionCore: Sendable {
             effects.append(.tripEnded(trip))
         }
         row.trip = nil
-        row.stop = Stop(arrivalMs: atMs ?? anchor.timeMs, latitude: centroid.latitude, longitude: centroid.longitude)
+        row.stop = Stop(arrivalMs: atMs ?? anchor.timeMs, latitude: centroid.latitude, longitude: centroid.longitude,
+                        sessionID: row.lastPoint?.sessionID)
         row.state = .stationary
         row.leavingSinceMs = nil
         return effects

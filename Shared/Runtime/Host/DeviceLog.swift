@@ -44,16 +44,7 @@ public final class DeviceLog {
     /// A page of bodies, oldest first, cut short once it holds `maxBytes`
     /// (then `nextOffset` says where the next page starts).
     public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, maxBytes: Int) throws -> JSONPage {
-        var bodies: [String] = []
-        var bytes = 0
-        for body in try page(device, sessionID: sessionID, limit: limit, offset: offset) {
-            if !bodies.isEmpty, bytes + body.utf8.count + 1 > maxBytes {
-                return JSONPage(bodies: bodies, nextOffset: offset + bodies.count)
-            }
-            bytes += body.utf8.count + 1
-            bodies.append(body)
-        }
-        return JSONPage(bodies: bodies, nextOffset: nil)
+        JSONPage(bounding: try page(device, sessionID: sessionID, limit: limit, offset: offset), offset: offset, maxBytes: maxBytes)
     }
 
     /// A page of bodies, oldest first, for one device or one of its sessions.

@@ -12,6 +12,20 @@ public struct JSONPage: Sendable {
     /// Set when the page was cut short by the reply size bound.
     public var nextOffset: Int?
     public init(bodies: [String], nextOffset: Int?) { self.bodies = bodies; self.nextOffset = nextOffset }
+
+    /// The bodies of a page that started at `offset`, cut short once they
+    /// hold `maxBytes` (then `nextOffset` says where the next page starts).
+    public init(bounding all: [String], offset: Int, maxBytes: Int) {
+        var bytes = 0
+        for (i, body) in all.enumerated() {
+            if i > 0, bytes + body.utf8.count + 1 > maxBytes {
+                self.init(bodies: Array(all[..<i]), nextOffset: offset + i)
+                return
+            }
+            bytes += body.utf8.count + 1
+        }
+        self.init(bodies: all, nextOffset: nil)
+    }
 }
 
 /// What a query answers: any value, or a page of stored documents.

@@ -33,11 +33,15 @@ public struct Routes<Row> {
     public var sweep: SweepRoute<Row>?
     /// Answer `notFound` for a command name no service owns (one service does: the gateway).
     public var answersUnknownCommands: Bool
+    /// Called when a batch is rolled back: a service that keeps anything of
+    /// the store in memory besides the rows drops it here.
+    public var batchAbandoned: (() -> Void)?
 
     public init(inputs: [InputRoute<Row>], commands: [CommandRoute<Row>], outbox: OutboxRoute? = nil,
-                retention: [LogRetention] = [], sweep: SweepRoute<Row>? = nil, answersUnknownCommands: Bool = false) {
+                retention: [LogRetention] = [], sweep: SweepRoute<Row>? = nil, answersUnknownCommands: Bool = false,
+                batchAbandoned: (() -> Void)? = nil) {
         self.inputs = inputs; self.commands = commands; self.outbox = outbox; self.retention = retention
-        self.sweep = sweep; self.answersUnknownCommands = answersUnknownCommands
+        self.sweep = sweep; self.answersUnknownCommands = answersUnknownCommands; self.batchAbandoned = batchAbandoned
     }
 }
 
@@ -88,19 +92,23 @@ public struct InputRoute<Row> {
     let filter: (Topics) -> String
     /// Whether the host keeps a seq watermark for this input.
     let sequenced: Bool
+    /// Whether a payload concerns the service at all, judged before any work
+    /// (a device's row is not even loaded for a message it ignores).
+    var wanted: (([UInt8]) -> Bool)?
     let run: (MQTTMessage, Work<Row>) throws -> Void
 
-    /// A message from outside (a device, OwnTracks): no seq of ours.
-    public static func external(_ name: String, filter: @escaping (Topics) -> String,
+    /// A message from outside (a device, OwnTracks): no seq of ours. With
+    /// `when`, only payloads it admits are applied; the rest are acknowledged unread.
+    public static func external(_ name: String, filter: @escaping (Topics) -> String, when wanted: (([UInt8]) -> Bool)? = nil,
                                 apply: @escaping (MQTTMessage, Work<Row>) throws -> Void) -> InputRoute {
-        InputRoute(name: name, filter: filter, sequenced: false, run: apply)
+        InputRoute(name: name, filter: filter, sequenced: false, wanted: wanted, run: apply)
     }
 
     /// An internal message on `{prefix}/+/{name}`: the host applies each
     /// seq once per producer epoch, whatever the broker redelivers.
     public static func sequenced<M: Sequenced>(_ name: String, decode: @escaping ([UInt8]) throws -> M,
                                                apply: @escaping (M, Work<Row>) throws -> Void) -> InputRoute {
-        InputRoute(name: name, filter: { "\($0.prefix)/+/\(name)" }, sequenced: true) { message, work in
+        InputRoute(name: name, filter: { "\($0.prefix)/+/\(name)" }, sequenced: true, wanted: nil) { message, work in
             let decoded: M
             do {
                 decoded = try decode(message.payload)

@@ -143,6 +143,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             }
         default:
             guard let (device, name) = parsed.input, let route = inputs[name] else { return }
+            if let wanted = route.wanted, !wanted(message.payload) { return }
             apply(message, to: device, route: route)
         }
     }
@@ -332,6 +333,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         let storeError = batch.failure as? StoreError
         do { try db.rollbackBatch() } catch { logger.error("rollback failed", ["error": "\(error)"]) }
         cache.discardDirty()
+        routes.batchAbandoned?()
         counters.count("storeFailures")
         consecutiveFailures += 1
         if consecutiveFailures == 1, let storeError, storeError.isEnvironmental {

@@ -76,7 +76,7 @@ public final class Work<Row> {
     /// The broker's acknowledgements of this run (read only when trimming).
     private let acknowledgements: Outbox?
     private let effects: BatchEffects
-    private let topics: Topics
+    public let topics: Topics
     private let outbox: OutboxRoute?
     private let retention: [ObjectIdentifier: LogRetention]
 

@@ -1,0 +1,83 @@
+import Bus
+import Foundation
+import Model
+import MotionCore
+import Runtime
+
+/// A device as the motion service keeps it: the motion machine's row, its
+/// fence visits and route progress, its session, and the clock's marks.
+struct MotionDeviceRow: Codable, Equatable {
+    var motion = MotionRow()
+    var visits: [String: FenceVisit] = [:]
+    /// Present while the device has an active route.
+    var route: RouteProgress?
+    var openSession: String?
+    /// The session closed last: a late point of it does not reopen it.
+    var closedSession: String?
+    /// When (wall clock) the last point arrived: the device's time runs on from it.
+    var lastPointWallMs: Int64?
+    var lastHeartbeatMs: Int64?
+    /// The activity last announced, and when (wall clock): `activityChange` is throttled.
+    var announcedActivity: String?
+    var announcedActivityWallMs: Int64?
+    /// The seq of the last motion state sent on `tracker/{device}/motion`.
+    var motionSeq: Int64 = 0
+    /// The wall-clock time stored in `timers` for this device, if any.
+    var timerWallMs: Int64?
+
+    /// The device's own time, carried on by the wall clock since its last point.
+    func deviceTime(wallMs: Int64) -> Int64 {
+        guard let last = motion.lastPoint, let wall = lastPointWallMs else { return wallMs }
+        return last.timeMs + max(0, wallMs - wall)
+    }
+}
+
+/// Knows whether each device is moving or stopped and where it is against
+/// its fences and route: the motion service's table for the service host.
+enum MotionService {
+    static func definition(_ settings: MotionSettings) -> ServiceDefinition<MotionDeviceRow> {
+        ServiceDefinition(name: "motion", migrations: MotionStore.migrations, rows: .json(fresh: { MotionDeviceRow() })) { db in
+            let store = try MotionStore(db: db)
+            let handler = MotionHandler(store: store, settings: settings)
+            var inputs: [InputRoute<MotionDeviceRow>] = [
+                .sequenced("points", decode: { try JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
+                    try handler.point(message.point, work)
+                },
+                // Only the gateway's session events matter here; the rest are acknowledged unread.
+                .external("events", filter: \.allEvents, when: SessionEvents.mentioned) { message, work in
+                    try handler.sessionEvent(message.payload, work)
+                },
+            ]
+            if settings.rules.activityRecognition {
+                inputs.append(.external("activity", filter: { "\($0.prefix)/+/activity" }) { message, work in
+                    try handler.activity(message.payload, work)
+                })
+            }
+            return Routes(
+                inputs: inputs,
+                commands: handler.commands,
+                outbox: OutboxRoute(log: store.motion) { $0.motion($1) },
+                retention: [LogRetention(store.motion, keepPerDevice: settings.retentionPerDevice)],
+                sweep: SweepRoute(every: .seconds(1), candidates: { try store.devicesDue(byMs: $0) }, apply: handler.sweep),
+                batchAbandoned: handler.forgetCaches)
+        }
+    }
+}
+
+/// Finds `"sessionStarted"`/`"sessionStopped"` in an event without decoding it.
+enum SessionEvents {
+    private static let needle = Array(#""sessionSt"#.utf8)
+
+    static func mentioned(_ payload: [UInt8]) -> Bool {
+        guard payload.count >= needle.count else { return false }
+        return payload.withUnsafeBufferPointer { bytes in
+            var i = 0
+            let last = bytes.count - needle.count
+            while i <= last {
+                if bytes[i] == 0x22, bytes[i + 1] == 0x73, zip(needle.indices, i...).allSatisfy({ needle[$0] == bytes[$1] }) { return true }
+                i += 1
+            }
+            return false
+        }
+    }
+}

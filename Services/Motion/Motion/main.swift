@@ -1,0 +1,6 @@
+import Foundation
+import Runtime
+
+exit(await ServiceRunner.run(name: "motion") { _, reader in
+    MotionService.definition(try MotionSettings(reader))
+})
