@@ -27,7 +27,7 @@ let package = Package(
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
         .target(name: "Runtime", dependencies: ["Model", "Logging", "Bus", "Store"], path: "Shared/Runtime",
                 swiftSettings: strict),
-        .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime"], path: "Shared/TestSupport",
+        .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime", "FilterCore", "MotionCore"], path: "Shared/TestSupport",
                 swiftSettings: strict),
 
         // Services: a pure core and the executable that wires it.

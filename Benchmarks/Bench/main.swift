@@ -21,6 +21,8 @@ case "trace" where arguments.count == 2:
     try Trace.run(path: arguments[1])
 case "motion-loop":
     try MotionLoop.run()
+case "geofence":
+    try GeofenceBench.run(verbose: arguments.contains("-v"))
 case "memory":
     try await MemoryBench.run(count: count, devices: arguments.dropFirst(2).first.flatMap(Int.init) ?? 10_000)
 case "host":

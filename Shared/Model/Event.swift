@@ -133,7 +133,10 @@ public struct Event: Codable, Sendable, Equatable {
         case "geofenceAdded": body = .geofenceAdded(try c.decode(Geofence.self, forKey: .fence))
         case "geofenceRemoved":
             body = .geofenceRemoved(id: try c.decode(String.self, forKey: .id), fleet: try c.decodeIfPresent(Bool.self, forKey: .fleet))
-        case "geofenceEnter", "geofenceExit", "geofenceDwell": body = .geofence(try c.decode(Crossing.self, forKey: .crossing))
+        case "geofenceEnter", "geofenceExit", "geofenceDwell":
+            var crossing = try c.decode(Crossing.self, forKey: .crossing)
+            crossing.kind = type == "geofenceEnter" ? .enter : type == "geofenceExit" ? .exit : .dwell
+            body = .geofence(crossing)
         case "tripEnded": body = .tripEnded(try c.decode(Trip.self, forKey: .trip))
         case "stopEnded": body = .stopEnded(try c.decode(Stop.self, forKey: .stop))
         case "offRoute", "onRoute":

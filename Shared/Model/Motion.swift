@@ -55,6 +55,21 @@ public struct Crossing: Codable, Sendable, Equatable {
     /// The device, in stored history (an event names it already).
     public var device: DeviceID?
 
+    private enum CodingKeys: String, CodingKey { case geofenceID, kind, timeMs, latitude, longitude, interpolated, fleet, device }
+
+    /// In an event the type names the kind (`geofenceEnter` …), so it may be absent there.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        geofenceID = try c.decode(String.self, forKey: .geofenceID)
+        kind = try c.decodeIfPresent(Kind.self, forKey: .kind) ?? .enter
+        timeMs = try c.decode(Int64.self, forKey: .timeMs)
+        latitude = try c.decode(Double.self, forKey: .latitude)
+        longitude = try c.decode(Double.self, forKey: .longitude)
+        interpolated = try c.decodeIfPresent(Bool.self, forKey: .interpolated)
+        fleet = try c.decodeIfPresent(Bool.self, forKey: .fleet)
+        device = try c.decodeIfPresent(DeviceID.self, forKey: .device)
+    }
+
     public init(geofenceID: String, kind: Kind, timeMs: Int64, latitude: Double, longitude: Double,
                 interpolated: Bool? = nil, fleet: Bool? = nil) {
         self.geofenceID = geofenceID; self.kind = kind; self.timeMs = timeMs; self.latitude = latitude

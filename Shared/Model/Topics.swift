@@ -78,8 +78,8 @@ public struct Topics: Sendable, Equatable {
             return .command(id, name: String(parts[3]))
         }
         guard parts.count == 3 else { return .other }
-        // Reserved ids (`_health`, `_fleet`) name no device's stream: not ours to refuse.
-        guard let id = DeviceID(segment) else { return DeviceID(allowingReserved: segment) != nil ? .other : .invalidDevice(segment) }
+        // `_health` and the fleet's events (`_fleet/events`) are streams of ours, not a device's.
+        guard let id = DeviceID(segment) else { return segment == "_health" || parts[2] == "events" ? .other : .invalidDevice(segment) }
         switch parts[2] {
         case "fixes": return .fixes(id)
         case "raw": return .raw(id)

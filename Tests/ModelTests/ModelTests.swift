@@ -69,9 +69,9 @@ import Testing
     }
 
     @Test func unknownTypesSurviveDecoding() throws {
-        let json = #"{"type":"geofenceDwell","device":"p1","timeMs":3,"crossing":{"geofenceID":"home"}}"#
+        let json = #"{"type":"parcelDelivered","device":"p1","timeMs":3,"crossing":{"geofenceID":"home"}}"#
         let event = try JSONCoding.decoder.decode(Event.self, from: Data(json.utf8))
-        #expect(event.type == "geofenceDwell")
+        #expect(event.type == "parcelDelivered")
         guard case .other(_, let fields) = event.body else { Issue.record("expected .other"); return }
         #expect(fields["crossing"]?["geofenceID"]?.stringValue == "home")
     }

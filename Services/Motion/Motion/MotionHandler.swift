@@ -34,7 +34,7 @@ final class MotionHandler {
     func fences(_ owner: DeviceID) throws -> FenceIndex {
         if let index = fenceIndexes[owner] { return index }
         if fenceIndexes.count >= Self.cachedOwners { fenceIndexes.removeAll(keepingCapacity: true) }
-        let index = FenceIndex(try store.fences(owner))
+        let index = FenceIndex(try store.fences(owner), fleet: owner == .fleet)
         fenceIndexes[owner] = index
         return index
     }

@@ -8,7 +8,7 @@ import Runtime
 /// fence visits and route progress, its session, and the clock's marks.
 struct MotionDeviceRow: Codable, Equatable {
     var motion = MotionRow()
-    var visits: [String: FenceVisit] = [:]
+    var visits = FenceVisits()
     /// Present while the device has an active route.
     var route: RouteProgress?
     var openSession: String?

@@ -2,13 +2,16 @@ import Foundation
 import Model
 
 /// A fence with what checking a point against it needs, computed once.
-public struct IndexedFence: Sendable {
+public final class IndexedFence: Sendable {
     public let fence: Geofence
+    /// Its key among a device's visits (see `Geofencing.key`), made once.
+    let visitKey: String
     /// Metres per degree of longitude at the fence's latitude.
     let metresPerDegLon: Double
 
-    init(_ fence: Geofence) {
+    init(_ fence: Geofence, fleet: Bool) {
         self.fence = fence
+        visitKey = Geofencing.key(fence.id, fleet: fleet)
         metresPerDegLon = LocalFrame.metresPerDegLat * cos(fence.latitude * .pi / 180)
     }
 
@@ -45,7 +48,11 @@ public final class FenceIndex {
     static let cellDegrees = 0.01
     static let maxCellsPerFence = 64
 
-    public init(_ fences: [Geofence] = []) {
+    /// Whether these are the fleet's fences (their visits are keyed apart).
+    public let isFleet: Bool
+
+    public init(_ fences: [Geofence] = [], fleet: Bool = false) {
+        isFleet = fleet
         for fence in fences { insert(fence) }
     }
 
@@ -66,7 +73,7 @@ public final class FenceIndex {
     }
 
     private func insert(_ fence: Geofence) {
-        let indexed = IndexedFence(fence)
+        let indexed = IndexedFence(fence, fleet: isFleet)
         let slot = Int32(fences.count)
         slotByID[fence.id] = fences.count
         fences.append(indexed)
