@@ -172,6 +172,30 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         #expect(state.odometerM < 50, "odometer \(state.odometerM)")
     }
 
+    /// While the motion service has not settled a parked device, the filter
+    /// repeats the last point every 15 s (same place, same odometer) so the
+    /// service can time the stop; once told `stationary`, and without a
+    /// motion service at all, it holds every drifting fix back.
+    @Test(arguments: [MotionState.moving, .stopPending, .stationary, nil])
+    func aParkedDeviceIsConfirmedOnlyWhileTheMotionServiceWaits(told: MotionState?) {
+        let parked = NoiseGenerator(seed: 7).parked(lat: 48.137, lon: 11.575, hours: 0.1)
+        let core = FilterCore()
+        var state = DeviceFilterState()
+        var points: [TrackPoint] = []
+        for (i, fix) in inputs(parked.map(\.fix)).enumerated() {
+            if i == 5, let told { core.noteMotion(told, timeMs: fix.timeMs, state: &state) }
+            if let p = core.judge(fix, state: &state).point { points.append(p) }
+        }
+        let confirmations = points.filter { $0.timeMs - parked[0].fix.timeMs > 30_000 }
+        if told == .moving || told == .stopPending {
+            #expect((20...26).contains(confirmations.count), "\(confirmations.count) in 6 min")
+            #expect(Set(confirmations.map(\.latitude)).count == 1 && Set(confirmations.map(\.odometerM)).count == 1)
+            #expect(zip(confirmations, confirmations.dropFirst()).allSatisfy { $1.timeMs - $0.timeMs >= 15_000 })
+        } else {
+            #expect(confirmations.isEmpty)
+        }
+    }
+
     @Test func eightHoursParkedWithoutDoppler() {
         let parked = NoiseGenerator(seed: 7).parked(lat: 48.137, lon: 11.575, hours: 8).map { s -> DeviceFix in
             var f = s.fix; f.speed = nil; return f

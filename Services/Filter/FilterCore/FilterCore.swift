@@ -243,6 +243,7 @@ public struct FilterCore: Sendable {
             let needed = fix.timeMs - state.filterTimeMs >= 3_000 ? 1 : 2
             if state.leavingCount < needed {
                 if !leaving || fromAnchor <= 2 * radius { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
+                if let standing = standingPoint(fix, state: &state) { return standing }
                 return reject(fix, .stationaryDrift, state: state, measured: fromAnchor, limit: radius)
             }
             state.stationaryAnchor = nil
@@ -307,6 +308,7 @@ public struct FilterCore: Sendable {
         updateStationary(&state, fix: fix, x: east.position, y: north.position)
         if state.stationaryAnchor != nil {
             // Just parked: this fix is part of the stop, not a move.
+            if let standing = standingPoint(fix, state: &state) { return standing }
             return reject(fix, .stationaryDrift, state: state, measured: 0, limit: profile.stationaryRadiusM)
         }
         if let doppler = fix.speedMps, state.standingRun != nil {
@@ -401,15 +403,12 @@ public struct FilterCore: Sendable {
     }
 
     private func updateStationary(_ state: inout DeviceFilterState, fix: FilterInput, x: Double, y: Double) {
-        switch state.externalMotion {
-        case .stationary?:
+        // Told `stationary`, park at once. Told `moving` or `stopPending`,
+        // park by the fixes as always: the motion service sees the stop
+        // through the standing points (`standingPoint`), not through drift.
+        if state.externalMotion == .stationary {
             if state.stationaryAnchor == nil { state.stationaryAnchor = anchorPoint(state, x: x, y: y) }
             return
-        case .moving?:
-            state.stationaryAnchor = nil
-            return
-        default:
-            break
         }
         guard state.stationaryAnchor == nil else { return }
         // Doppler speed, when the fix has it, is the better witness of standing
@@ -456,6 +455,31 @@ public struct FilterCore: Sendable {
 
     private func maxSpeed(_ state: DeviceFilterState) -> Double {
         state.externalMotion == .stationary ? profile.maxSpeedMps / 2 : profile.maxSpeedMps
+    }
+
+    /// How often a parked device's position is confirmed while the motion
+    /// service has not settled it yet (fix time).
+    static let standingConfirmationMs: Int64 = 15_000
+
+    /// Parked, while the motion service still says `moving` or `stopPending`:
+    /// it only sees accepted points, and holding every drifting fix back
+    /// would leave it no fix to time the stop by. Every 15 s one point
+    /// repeats the last one ("still here": same place, odometer unchanged),
+    /// as long as the device is parked where that point was; once the
+    /// motion service settles, drift is held back entirely again. Without a
+    /// motion service nothing changes.
+    private func standingPoint(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict? {
+        guard state.externalMotion == .moving || state.externalMotion == .stopPending,
+              let anchor = state.stationaryAnchor, let last = state.lastAccepted, let frame = state.frame,
+              hypot(anchor.x - last.x, anchor.y - last.y) <= profile.stationaryRadiusM,
+              fix.timeMs - last.timeMs >= Self.standingConfirmationMs else { return nil }
+        state.lastAccepted?.timeMs = fix.timeMs
+        let (lat, lon) = frame.toGeo(x: last.x, y: last.y)
+        let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: lat, longitude: lon,
+                               accuracyM: last.accuracyM, speedMps: 0, odometerM: state.odometerM)
+        let estimate = Estimate(latitude: lat, longitude: lon, accuracyM: last.accuracyM, speedMps: 0)
+        return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
+                       point: point, rejection: nil)
     }
 
     private func accept(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {

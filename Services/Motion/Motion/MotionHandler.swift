@@ -59,7 +59,7 @@ final class MotionHandler {
         let changes = core.handle(point: point, row: &row.motion)
         let crossings = geofencing.handle(point: point, previous: previous, visits: &row.visits,
                                           own: try fences(work.device), fleet: try fences(.fleet))
-        row.lastPointWallMs = work.nowMs
+        row.advanceClock(toMs: point.timeMs, wallMs: work.nowMs)
         work.row = row
         try apply(changes, work)
         try apply(crossings, work)
@@ -115,9 +115,13 @@ final class MotionHandler {
 
     /// The clock's turn for a silent device: a stop the silence proves, dwells, heartbeats.
     func sweep(_ work: Work<MotionDeviceRow>) throws {
-        let nowMs = work.row.deviceTime(wallMs: work.nowMs)
+        try runClock(untilMs: work.row.deviceTime(wallMs: work.nowMs), work)
+    }
+
+    private func runClock(untilMs nowMs: Int64, _ work: Work<MotionDeviceRow>) throws {
+        guard work.row.motion.lastPoint != nil else { return }
         try apply(core.handle(silenceUntil: nowMs, row: &work.row.motion), work)
-        try apply(geofencing.dwells(until: nowMs, visits: &work.row.visits), work)
+        if !work.row.visits.isEmpty { try apply(geofencing.dwells(until: nowMs, visits: &work.row.visits), work) }
         heartbeatIfDue(until: nowMs, work)
         try updateTimer(work)
     }
@@ -190,8 +194,8 @@ final class MotionHandler {
             due.append(last + interval)
         }
         let wall: Int64? = due.min().map { deviceDue in
-            guard let point = motion.lastPoint, let arrived = row.lastPointWallMs else { return work.nowMs }
-            return max(work.nowMs, arrived + (deviceDue - point.timeMs))
+            guard let clock = row.clockMs, let wall = row.clockWallMs else { return work.nowMs }
+            return max(work.nowMs, wall + (deviceDue - clock))
         }
         guard wall != row.timerWallMs else { return }
         try store.setTimer(work.device, dueMs: wall)

@@ -14,8 +14,10 @@ struct MotionDeviceRow: Codable, Equatable {
     var openSession: String?
     /// The session closed last: a late point of it does not reopen it.
     var closedSession: String?
-    /// When (wall clock) the last point arrived: the device's time runs on from it.
-    var lastPointWallMs: Int64?
+    /// The newest point's time, and when (wall clock) it came: the device's
+    /// time runs on from it while it is silent.
+    var clockMs: Int64?
+    var clockWallMs: Int64?
     var lastHeartbeatMs: Int64?
     /// The activity last announced, and when (wall clock): `activityChange` is throttled.
     var announcedActivity: String?
@@ -25,10 +27,17 @@ struct MotionDeviceRow: Codable, Equatable {
     /// The wall-clock time stored in `timers` for this device, if any.
     var timerWallMs: Int64?
 
-    /// The device's own time, carried on by the wall clock since its last point.
+    /// The device's own time, carried on by the wall clock since its newest fix.
     func deviceTime(wallMs: Int64) -> Int64 {
-        guard let last = motion.lastPoint, let wall = lastPointWallMs else { return wallMs }
-        return last.timeMs + max(0, wallMs - wall)
+        guard let clock = clockMs, let wall = clockWallMs else { return wallMs }
+        return clock + max(0, wallMs - wall)
+    }
+
+    /// A fix time seen at `wallMs`: the device's clock moves on (never back).
+    mutating func advanceClock(toMs timeMs: Int64, wallMs: Int64) {
+        guard timeMs > clockMs ?? .min else { return }
+        clockMs = timeMs
+        clockWallMs = wallMs
     }
 }
 

@@ -139,7 +139,8 @@ public struct MotionCore: Sendable {
     /// A silence (the filter says little while a device is parked): settles at
     /// arrival + stop timeout once `nowMs` — the device's time as the clock
     /// carries it on — is that far past arrival, if the device was standing
-    /// or slowing to a stop at its last fix (a tunnel at speed is not a stop).
+    /// or slowing to a stop at its last point (a tunnel at speed is not a
+    /// stop).
     public func handle(silenceUntil nowMs: Int64, row: inout MotionRow) -> [MotionEffect] {
         guard let state = row.state, state != .stationary, let anchor = row.anchor, let last = row.lastPoint,
               !rules.disableStopDetection, nowMs - anchor.timeMs >= rules.stopTimeoutMs,
