@@ -27,10 +27,19 @@ final class NetworkLoop: @unchecked Sendable {
     private let stopping = Mutex(false)
     private let finished = DispatchSemaphore(value: 0)
     private let threadID = Mutex<pthread_t?>(nil)
-    private let hook = Mutex<(@Sendable () -> Bool)?>(nil)
-    private let connector = Mutex<(@Sendable () -> Int32)?>(nil)
-    private let periodic = Mutex<(interval: Double, body: @Sendable () -> Void)?>(nil)
-    private let readGate = Mutex<(@Sendable () -> Bool)?>(nil)
+    private let callbacks = Mutex(Callbacks())
+
+    /// The owner's callbacks, kept in one concrete struct. A Mutex of a bare
+    /// closure type must not be read with `withLock { $0 }`: the generic
+    /// inout rewraps the stored closure in two more reabstraction thunks on
+    /// every call, so a hook read once per loop pass grew thousands of
+    /// thunks deep within seconds (found profiling the motion service).
+    private struct Callbacks {
+        var beforeAcknowledging: (@Sendable () -> Bool)?
+        var connector: (@Sendable () -> Int32)?
+        var periodic: (interval: Double, body: @Sendable () -> Void)?
+        var readGate: (@Sendable () -> Bool)?
+    }
     /// Set once, before `start`.
     nonisolated(unsafe) var logger: Logger?
 
@@ -60,27 +69,27 @@ final class NetworkLoop: @unchecked Sendable {
     /// Called between reading and writing on every pass (see the type's doc).
     /// Returning false withholds what the pass read from acknowledgement.
     func setBeforeAcknowledging(_ body: @escaping @Sendable () -> Bool) {
-        hook.withLock { $0 = body }
+        callbacks.withLock { $0.beforeAcknowledging = body }
     }
 
     /// Called on the loop's thread every `interval` seconds while connected,
     /// before that pass's commit hook: periodic work shares the thread (and
     /// the batch) of the messages, so it needs no lock.
     func setPeriodic(every interval: Double, _ body: @escaping @Sendable () -> Void) {
-        periodic.withLock { $0 = (interval, body) }
+        callbacks.withLock { $0.periodic = (interval, body) }
     }
 
     /// Asked before every read: false holds incoming messages at the broker
     /// (back-pressure; the broker sends no more than the receive maximum
     /// unacknowledged). Writing, keep-alive and periodic work go on.
     func setReadGate(_ gate: @escaping @Sendable () -> Bool) {
-        readGate.withLock { $0 = gate }
+        callbacks.withLock { $0.readGate = gate }
     }
 
     /// The first connection attempt (it sets host, port and properties;
     /// later attempts are `mosquitto_reconnect`).
     func setConnector(_ body: @escaping @Sendable () -> Int32) {
-        connector.withLock { $0 = body }
+        callbacks.withLock { $0.connector = body }
     }
 
     func start(name: String) {
@@ -135,7 +144,7 @@ final class NetworkLoop: @unchecked Sendable {
                     }
                     if isStopping { return }
                 }
-                let rc = everAttempted ? mosquitto_reconnect(mosq) : (connector.withLock { $0 }?() ?? MOSQ_ERR_INVAL.rawValue)
+                let rc = everAttempted ? mosquitto_reconnect(mosq) : (callbacks.withLock { $0.connector }?() ?? MOSQ_ERR_INVAL.rawValue)
                 everAttempted = true
                 if rc == MOSQ_ERR_SUCCESS.rawValue {
                     reconnectAttempt = 0
@@ -146,12 +155,12 @@ final class NetworkLoop: @unchecked Sendable {
             }
             // Stopping: finish once nothing (such as a DISCONNECT) is left to send.
             if isStopping, !mosquitto_want_write(mosq) { return }
-            let reading = readGate.withLock { $0 }?() ?? true
+            let reading = callbacks.withLock { $0.readGate }?() ?? true
             var fds = [
                 pollfd(fd: socket, events: (reading ? Int16(POLLIN) : 0) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
                 pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
             ]
-            let tick = periodic.withLock { $0 }
+            let tick = callbacks.withLock { $0.periodic }
             let untilTick = tick.map { _ in Int32(clamping: (nextTick.uptimeNanoseconds &- min(nextTick.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000) } ?? 1_000
             // Held back: look again soon, the gate opens as output drains.
             let ready = poll(&fds, 2, min(reading ? 1_000 : 20, max(0, untilTick)))
@@ -182,7 +191,7 @@ final class NetworkLoop: @unchecked Sendable {
             }
             // Everything read so far is handled: let the owner commit it
             // before any acknowledgement leaves.
-            if hook.withLock({ $0 })?() == false {
+            if callbacks.withLock({ $0.beforeAcknowledging })?() == false {
                 // The owner could not store the batch: drop the connection with
                 // its queued acknowledgements unsent (reconnecting discards
                 // them); the broker redelivers the batch on the new connection.

@@ -7,7 +7,9 @@ import Synchronization
 /// Counters a service bumps as it works; published as its health.
 public final class HealthCounters: Sendable {
     private let state = Mutex(Values())
-    private let queueDepthSource = Mutex<(@Sendable () -> Int64)?>(nil)
+    /// In a struct: a Mutex of a bare closure rewraps it on every read (see NetworkLoop.Callbacks).
+    private struct DepthSource { var read: (@Sendable () -> Int64)? }
+    private let queueDepthSource = Mutex(DepthSource())
 
     struct Values {
         var processed: Int64 = 0
@@ -25,14 +27,14 @@ public final class HealthCounters: Sendable {
     public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) } }
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
     /// Reads the queue depth whenever health is published, instead of a set value.
-    public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0 = source } }
+    public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0.read = source } }
     public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
     /// Sets (or, with nil, clears) the note health carries.
     public func note(_ text: String?) { state.withLock { $0.note = text } }
 
     func snapshot() -> Values {
         var values = state.withLock { $0 }
-        if let source = queueDepthSource.withLock({ $0 }) { values.queueDepth = source() }
+        if let source = queueDepthSource.withLock({ $0.read }) { values.queueDepth = source() }
         return values
     }
 }

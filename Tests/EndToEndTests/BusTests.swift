@@ -53,4 +53,29 @@ import Testing
         #expect(publisher.inFlight == 0)
         await publisher.disconnect()
     }
+
+    /// The loop calls its hooks once per pass, for the life of the process.
+    /// They were once kept as bare closures in a Mutex, and every read
+    /// rewrapped the stored closure: the stack under the commit hook grew
+    /// by two frames a pass (thousands deep after seconds; a crash after a
+    /// day). The depth under the hook must stay as it was at the start.
+    @Test func theHooksDoNotGrowWithEveryLoopPass() async throws {
+        let broker = try TestBroker()
+        let depths = Mutex<[Int]>([])
+        let subscriber = try MQTTClient(MQTTOptions(port: broker.port, clientID: "bus-hooks", cleanStart: true))
+        subscriber.setHandler { _ in }
+        subscriber.setBeforeAcknowledging {
+            depths.withLock { $0.append(Thread.callStackReturnAddresses.count) }
+            return true
+        }
+        try await subscriber.connect()
+        try await subscriber.subscribe(["bench/hooks"])
+        let publisher = try await client(broker, id: "bus-hooks-pub")
+        for i in 0..<2_000 { try await publisher.publishAndWait(MQTTMessage(topic: "bench/hooks", string: "\(i)")) }
+        let seen = depths.withLock { $0 }
+        #expect(seen.count > 500, "only \(seen.count) passes")
+        #expect((seen.max() ?? 0) - (seen.min() ?? 0) < 8, "stack under the hook grew from \(seen.min() ?? 0) to \(seen.max() ?? 0) frames")
+        await publisher.disconnect()
+        await subscriber.disconnect()
+    }
 }
