@@ -6,15 +6,22 @@ import TestSupport
 /// on the same bus. Run as its own process, it measures what two broker hops
 /// cost on this machine, the ceiling for any service on that path.
 enum Relay {
-    /// `tracker-bench relay PORT`: runs until killed.
-    static func serve(port: Int32) async throws -> Never {
-        let client = try MQTTClient(MQTTOptions(port: port, clientID: "bench-relay", cleanStart: false, sessionExpirySec: 600))
+    /// `tracker-bench relay PORT [points]`: runs until killed. With `points`,
+    /// it subscribes as the motion service does and forwards only the points
+    /// marked as last (`"sessionID":"final"`) onto `events`.
+    static func serve(port: Int32, points: Bool = false) async throws -> Never {
+        let client = try MQTTClient(MQTTOptions(port: port, clientID: "bench-relay\(points ? "-points" : "")", cleanStart: false, sessionExpirySec: 600))
+        let marker = Array(#""sessionID":"final""#.utf8)
         client.setHandler { [unowned client] message in
-            let device = message.topic.split(separator: "/")[1]
-            try? client.publish(MQTTMessage(topic: "tracker/\(device)/raw", payload: message.payload))
+            let parts = message.topic.split(separator: "/")
+            if !points {
+                try? client.publish(MQTTMessage(topic: "tracker/\(parts[1])/raw", payload: message.payload))
+            } else if parts.last == "points", message.payload.firstRange(of: marker) != nil {
+                try? client.publish(MQTTMessage(topic: "tracker/\(parts[1])/events", payload: message.payload))
+            }
         }
         try await client.connect()
-        try await client.subscribe(["tracker/+/fixes"])
+        try await client.subscribe(points ? ["tracker/+/points", "tracker/+/events", "tracker/+/activity"] : ["tracker/+/fixes"])
         try await client.publishAndWait(MQTTMessage(topic: "tracker/_health/relay", string: #"{"status":"online"}"#, retain: true))
         while true { try await Task.sleep(for: .seconds(3600)) }
     }

@@ -1,6 +1,7 @@
 import Bus
 import FilterCore
 import Foundation
+import Synchronization
 import Model
 import TestSupport
 
@@ -10,20 +11,34 @@ enum Throughput {
     static let fixTemplate = #"{"t":%.3f,"lat":%.6f,"lon":%.6f,"acc":10,"speed":1.54,"course":263.6}"#
 
     /// Publishes every payload (QoS 1, at most 1,000 in flight) and returns
-    /// messages per second until `count` arrived on topics ending `/leaf`.
+    /// messages per second until `count` arrived on topics ending `/leaf`
+    /// (or, with `marker`, `count` messages containing it).
     static func pump(_ broker: TestBroker, _ sink: MessageCollector, _ payloads: [(topic: String, payload: [UInt8])],
-                     leaf: String, count: Int) async throws -> Double {
+                     leaf: String = "events", marker: String? = nil, count: Int) async throws -> Double {
         let publisher = try await TestClient.connect(port: broker.port)
         let start = ContinuousClock.now
         for p in payloads {
             while publisher.inFlight > 1_000 { await Task.yield() }
             try publisher.publish(MQTTMessage(topic: p.topic, payload: p.payload))
         }
-        try await sink.wait(count: count, topicSuffix: "/\(leaf)", timeout: 300)
+        if let marker {
+            // Counted as messages arrive: a scan of everything per message would make the sink the bottleneck.
+            let seen = Mutex((scanned: 0, found: 0)), bytes = Array(marker.utf8)
+            try await sink.wait(timeout: 300, description: "\(count) × \(marker)") { all in
+                seen.withLock { s in
+                    for m in all[s.scanned...] where m.payload.firstRange(of: bytes) != nil { s.found += 1 }
+                    s.scanned = all.count
+                    return s.found >= count
+                }
+            }
+        } else {
+            try await sink.wait(count: count, topicSuffix: "/\(leaf)", timeout: 300)
+        }
         let seconds = (ContinuousClock.now - start).seconds
+        let processed = Int64(marker == nil ? count : payloads.count)
         // The service's own view: how many messages each commit carried.
         _ = try? await sink.wait(timeout: 3, description: "final health") { all in
-            all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.processed ?? 0) >= Int64(count) }
+            all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.processed ?? 0) >= processed }
         }
         if let health = sink.decoded(Health.self, topicSuffix: "/" + (sink.messages.last { $0.topic.contains("_health") }?.topic.split(separator: "/").last.map(String.init) ?? "")).last,
            let commits = health.counters?["commits"], commits > 0 {
@@ -32,7 +47,7 @@ enum Throughput {
         }
         await sink.close()
         await publisher.disconnect()
-        return Double(count) / seconds
+        return Double(payloads.count) / seconds
     }
 
     /// One publisher to one subscriber, QoS 1, ~100-byte fix payloads: the ceiling.

@@ -13,8 +13,10 @@ func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double, unit: String =
 switch arguments.first {
 case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
-case "relay" where arguments.count == 2:
-    try await Relay.serve(port: Int32(arguments[1])!)
+case "relay" where arguments.count >= 2:
+    try await Relay.serve(port: Int32(arguments[1])!, points: arguments.dropFirst(2).first == "points")
+case "motion":
+    try await MotionThroughput.run(count: count)
 case "sweep":
     try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
 case "trace" where arguments.count == 2:

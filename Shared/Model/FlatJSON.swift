@@ -1,11 +1,12 @@
 /// A one-pass reader for flat JSON objects of plain scalars — the shape of
-/// every fix on the hot path. It returns nil for anything else (nesting,
+/// every fix on the hot path — and objects one level down (a point inside
+/// its message). It returns nil for anything else (deeper nesting, arrays,
 /// escapes, duplicate keys, malformed input), and the caller then uses
 /// JSONDecoder, which stays the judge of every unusual payload and the
 /// author of every error message. Measured: JSONDecoder was the largest
 /// cost per fix after the database.
 public struct FlatJSONObject {
-    enum Kind { case number, string, bool, null }
+    enum Kind { case number, string, bool, null, object }
     struct Field {
         var key: ArraySlice<UInt8>
         var kind: Kind
@@ -13,7 +14,10 @@ public struct FlatJSONObject {
     }
     private var fields: [Field] = []
 
-    public init?(_ bytes: [UInt8]) {
+    /// With `objects`, a value may be a flat object itself (read with `object`).
+    public init?(_ bytes: [UInt8], objects: Bool = false) { self.init(bytes[...], nesting: objects ? 1 : 0) }
+
+    private init?(_ bytes: ArraySlice<UInt8>, nesting: Int) {
         var i = bytes.startIndex
         let end = bytes.endIndex
         func skipSpace() { while i < end, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 } }
@@ -79,6 +83,16 @@ public struct FlatJSONObject {
                 case UInt8(ascii: "t"): guard literal("true") else { return nil }; kind = .bool
                 case UInt8(ascii: "f"): guard literal("false") else { return nil }; kind = .bool
                 case UInt8(ascii: "n"): guard literal("null") else { return nil }; kind = .null
+                case UInt8(ascii: "{"):
+                    // A flat object inside: its extent, checked when it is read.
+                    guard nesting > 0 else { return nil }
+                    while i < end, bytes[i] != UInt8(ascii: "}") {
+                        if bytes[i] == UInt8(ascii: "{") && i != start || bytes[i] == UInt8(ascii: "[") { return nil }
+                        if bytes[i] == UInt8(ascii: "\"") { guard string() != nil else { return nil } } else { i += 1 }
+                    }
+                    guard i < end else { return nil }
+                    i += 1
+                    kind = .object
                 default: guard number() != nil else { return nil }; kind = .number
                 }
                 var value = bytes[start..<i]
@@ -122,6 +136,13 @@ public struct FlatJSONObject {
         guard let f = field(key), f.kind != .null else { return .absent }
         guard f.kind == .string else { return .mismatch }
         return .value(String(decoding: f.value, as: UTF8.self))
+    }
+
+    /// A flat object one level down.
+    public func object(_ key: StaticString) -> Read<FlatJSONObject> {
+        guard let f = field(key), f.kind != .null else { return .absent }
+        guard f.kind == .object, let inner = FlatJSONObject(f.value, nesting: 0) else { return .mismatch }
+        return .value(inner)
     }
 
     public func bool(_ key: StaticString) -> Read<Bool> {
@@ -176,5 +197,22 @@ extension RawFix {
         self.init(device: device, seq: seq, sessionID: sessionID, timeMs: timeMs, receivedMs: receivedMs, source: source,
                   latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg,
                   altitudeM: altitudeM, verticalAccuracyM: verticalAccuracyM, mock: mock, batteryPct: batteryPct, epoch: epoch)
+    }
+}
+
+extension PointMessage {
+    /// The fast path for the internal points message; nil means "ask JSONDecoder".
+    public init?(flat bytes: [UInt8]) {
+        guard JSONCoding.fastPaths, let o = FlatJSONObject(bytes, objects: true),
+              let deviceText = o.string("device").required, let device = DeviceID(deviceText),
+              let epoch = o.string("epoch").optional, let p = o.object("point").required,
+              let seq = p.int64("seq").required, let sessionID = p.string("sessionID").optional,
+              let timeMs = p.int64("timeMs").required, let latitude = p.double("latitude").required,
+              let longitude = p.double("longitude").required, let accuracyM = p.double("accuracyM").required,
+              let speedMps = p.double("speedMps").optional, let courseDeg = p.double("courseDeg").optional,
+              let odometerM = p.double("odometerM").required else { return nil }
+        self.init(device: device, point: TrackPoint(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude,
+                                                    longitude: longitude, accuracyM: accuracyM, speedMps: speedMps,
+                                                    courseDeg: courseDeg, odometerM: odometerM), epoch: epoch)
     }
 }

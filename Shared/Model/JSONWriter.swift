@@ -260,18 +260,107 @@ extension Event: JSONWritable {
                 w.dynamicKey(k)
                 v.write(to: &w)
             }
-        default:
-            // The rarer events (motion, geofences, trips): through their Codable form.
+        case .motionChange(let state, let point):
             w.field("device", device)
-            if case .object(let fields)? = try? JSONValue(encoding: self) {
-                for (k, v) in fields.sorted(by: { $0.key < $1.key }) where !["type", "device", "timeMs"].contains(k) {
-                    w.dynamicKey(k)
-                    v.write(to: &w)
-                }
-            }
+            w.field("point", point)
+            w.field("state", state)
+        case .activityChange(let activity, let confidence):
+            w.field("activity", activity)
+            w.field("confidence", Int64(confidence))
+            w.field("device", device)
+        case .heartbeat(let point):
+            w.field("device", device)
+            w.field("point", point)
+        case .geofenceAdded(let fence):
+            w.field("device", device)
+            w.field("fence", fence)
+        case .geofenceRemoved(let id, let fleet):
+            w.field("device", device)
+            w.field("fleet", fleet)
+            w.field("id", id)
+        case .geofence(let crossing):
+            w.field("crossing", crossing)
+            w.field("device", device)
+        case .tripEnded(let trip):
+            w.field("device", device)
+            w.field("trip", TripReport(trip))
+        case .stopEnded(let stop):
+            w.field("device", device)
+            w.field("stop", stop)
+        case .offRoute(let point, let distance), .onRoute(let point, let distance):
+            w.field("device", device)
+            w.field("distanceM", distance)
+            w.field("point", point)
         }
         w.field("timeMs", timeMs)
         w.field("type", type)
+        w.endObject()
+    }
+}
+
+// The motion service's bodies: keys in sorted order, as JSONEncoder's `.sortedKeys` writes them.
+
+extension Crossing.Kind: JSONWritable {
+    public func write(to w: inout JSONWriter) { w.value(rawValue) }
+}
+
+extension Crossing: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("device", device)
+        w.field("fleet", fleet)
+        w.field("geofenceID", geofenceID)
+        w.field("interpolated", interpolated)
+        w.field("kind", kind)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("timeMs", timeMs)
+        w.endObject()
+    }
+}
+
+extension Geofence: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("dwellAfterMs", dwellAfterMs)
+        w.field("fleet", fleet)
+        w.field("id", id)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("notifyOnEntry", notifyOnEntry)
+        w.field("notifyOnExit", notifyOnExit)
+        w.field("radiusM", radiusM)
+        w.endObject()
+    }
+}
+
+extension Stop: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("arrivalMs", arrivalMs)
+        w.field("departureMs", departureMs)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("sessionID", sessionID)
+        w.endObject()
+    }
+}
+
+extension TripReport: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("averageSpeedMps", trip.averageSpeedMps)
+        w.field("distanceM", trip.distanceM)
+        w.field("durationSec", trip.durationSec)
+        w.field("endLatitude", trip.endLatitude)
+        w.field("endLongitude", trip.endLongitude)
+        w.field("endMs", trip.endMs)
+        w.field("maxSpeedMps", trip.maxSpeedMps)
+        w.field("sessionID", trip.sessionID)
+        w.field("startLatitude", trip.startLatitude)
+        w.field("startLongitude", trip.startLongitude)
+        w.field("startMs", trip.startMs)
+        w.field("startOdometerM", trip.startOdometerM)
         w.endObject()
     }
 }

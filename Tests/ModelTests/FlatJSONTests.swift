@@ -32,6 +32,28 @@ import Testing
         }
     }
 
+    @Test func pointMessagesRoundTripThroughTheWriter() throws {
+        let d = DeviceID("p-1")!
+        for point in [
+            TrackPoint(seq: 1, sessionID: nil, timeMs: 1, latitude: -33.9, longitude: 151.2, accuracyM: 0, odometerM: 0),
+            TrackPoint(seq: 9_007_199_254_740_993, sessionID: "a-b", timeMs: 1_793_197_938_549, latitude: 37.331821,
+                       longitude: -122.030386, accuracyM: 10.5, speedMps: 1.54, courseDeg: 263.6, odometerM: 12_345.678),
+        ] {
+            for message in [PointMessage(device: d, point: point), PointMessage(device: d, point: point, epoch: "e-1")] {
+                let bytes = Array(JSONCoding.encode(message))
+                #expect(PointMessage(flat: bytes) == message)
+                #expect(PointMessage(flat: bytes) == (try JSONCoding.decoder.decode(PointMessage.self, from: Data(bytes))))
+            }
+        }
+        // Deeper nesting, arrays and escapes are JSONDecoder's.
+        for odd in [#"{"device":"p","point":{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0,"x":{"y":1}}}"#,
+                    #"{"device":"p","point":{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0,"x":[1]}}"#,
+                    #"{"device":"p","point":{"seq":1,"sessionID":"a\"b","timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0}}"#,
+                    #"{"device":"p","point":{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5}}"#] {
+            #expect(PointMessage(flat: Array(odd.utf8)) == nil, "\(odd)")
+        }
+    }
+
     @Test(arguments: [
         #"{"t":1,"lat":1,"lon":2,"acc":5,"extra":{"a":1}}"#,   // nested: JSONDecoder's job
         #"{"t":1,"lat":1,"lon":2,"acc":5,"tags":[1]}"#,

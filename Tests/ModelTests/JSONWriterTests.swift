@@ -64,6 +64,9 @@ import Testing
         for body in bodies {
             let event = Event(device: device, timeMs: 1_793_197_938_549, body)
             #expect(try roundTrips(event), "\(event.type)")
+            // The same fields as the Codable form writes.
+            let written = try JSONCoding.decoder.decode(JSONValue.self, from: JSONCoding.encode(event))
+            #expect(written == (try JSONValue(encoding: event)), "\(event.type)")
         }
     }
 

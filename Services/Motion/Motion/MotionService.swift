@@ -49,7 +49,7 @@ enum MotionService {
             let store = try MotionStore(db: db)
             let handler = MotionHandler(store: store, settings: settings)
             var inputs: [InputRoute<MotionDeviceRow>] = [
-                .sequenced("points", decode: { try JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
+                .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
                     try handler.point(message.point, work)
                 },
                 // Only the gateway's session events matter here; the rest are acknowledged unread.
