@@ -36,6 +36,7 @@ enum Throughput {
         }
         let seconds = (ContinuousClock.now - start).seconds
         let processed = Int64(marker == nil ? count : payloads.count)
+        if marker != nil { print("  (\(sink.messages.filter { !$0.topic.contains("_health") }.count) events out for \(payloads.count) messages in)") }
         // The service's own view: how many messages each commit carried.
         _ = try? await sink.wait(timeout: 3, description: "final health") { all in
             all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.processed ?? 0) >= processed }

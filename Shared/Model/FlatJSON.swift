@@ -7,22 +7,27 @@
 /// cost per fix after the database.
 public struct FlatJSONObject {
     enum Kind { case number, string, bool, null, object }
+    /// Positions in `source`, not slices: a slice per field retains the
+    /// buffer again, and this runs for every message.
     struct Field {
-        var key: ArraySlice<UInt8>
+        var key: Range<Int>
         var kind: Kind
-        var value: ArraySlice<UInt8>
+        var value: Range<Int>
     }
+    private let source: ArraySlice<UInt8>
     private var fields: [Field] = []
 
     /// With `objects`, a value may be a flat object itself (read with `object`).
     public init?(_ bytes: [UInt8], objects: Bool = false) { self.init(bytes[...], nesting: objects ? 1 : 0) }
 
     private init?(_ bytes: ArraySlice<UInt8>, nesting: Int) {
+        source = bytes
+        fields.reserveCapacity(16)
         var i = bytes.startIndex
         let end = bytes.endIndex
         func skipSpace() { while i < end, bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09 { i += 1 } }
         /// A string without escapes or control characters; nil otherwise.
-        func string() -> ArraySlice<UInt8>? {
+        func string() -> Range<Int>? {
             guard i < end, bytes[i] == UInt8(ascii: "\"") else { return nil }
             i += 1
             let start = i
@@ -32,10 +37,10 @@ public struct FlatJSONObject {
             }
             guard i < end else { return nil }
             defer { i += 1 }
-            return bytes[start..<i]
+            return start..<i
         }
         /// A number in strict JSON grammar.
-        func number() -> ArraySlice<UInt8>? {
+        func number() -> Range<Int>? {
             let start = i
             if i < end, bytes[i] == UInt8(ascii: "-") { i += 1 }
             guard i < end, isDigit(bytes[i]) else { return nil }
@@ -51,7 +56,7 @@ public struct FlatJSONObject {
                 guard i < end, isDigit(bytes[i]) else { return nil }
                 while i < end, isDigit(bytes[i]) { i += 1 }
             }
-            return bytes[start..<i]
+            return start..<i
         }
         func literal(_ word: StaticString) -> Bool {
             let count = word.utf8CodeUnitCount
@@ -95,9 +100,9 @@ public struct FlatJSONObject {
                     kind = .object
                 default: guard number() != nil else { return nil }; kind = .number
                 }
-                var value = bytes[start..<i]
-                if kind == .string { value = value.dropFirst().dropLast() }
-                if fields.contains(where: { $0.key.elementsEqual(key) }) { return nil }  // duplicate key
+                var value = start..<i
+                if kind == .string { value = (start + 1)..<(i - 1) }
+                if fields.contains(where: { Self.equal(bytes, $0.key, key) }) { return nil }  // duplicate key
                 fields.append(Field(key: key, kind: kind, value: value))
                 skipSpace()
                 guard i < end else { return nil }
@@ -111,8 +116,20 @@ public struct FlatJSONObject {
         guard i == end else { return nil }
     }
 
+    private static func equal(_ bytes: ArraySlice<UInt8>, _ a: Range<Int>, _ b: Range<Int>) -> Bool {
+        guard a.count == b.count else { return false }
+        for offset in 0..<a.count where bytes[a.lowerBound + offset] != bytes[b.lowerBound + offset] { return false }
+        return true
+    }
+
     private func field(_ key: StaticString) -> Field? {
-        key.withUTF8Buffer { k in fields.first { $0.key.elementsEqual(k) } }
+        key.withUTF8Buffer { k in
+            fields.first { f in
+                guard f.key.count == k.count else { return false }
+                for offset in 0..<k.count where source[f.key.lowerBound + offset] != k[offset] { return false }
+                return true
+            }
+        }
     }
 
     /// The outcome of reading one field: absent (or null), a value, or the
@@ -121,34 +138,34 @@ public struct FlatJSONObject {
 
     public func double(_ key: StaticString) -> Read<Double> {
         guard let f = field(key), f.kind != .null else { return .absent }
-        guard f.kind == .number, let d = Double(String(decoding: f.value, as: UTF8.self)), d.isFinite else { return .mismatch }
+        guard f.kind == .number, let d = Double(String(decoding: source[f.value], as: UTF8.self)), d.isFinite else { return .mismatch }
         return .value(d)
     }
 
     /// Integers only in plain integer form (as JSONDecoder reads Int64).
     public func int64(_ key: StaticString) -> Read<Int64> {
         guard let f = field(key), f.kind != .null else { return .absent }
-        guard f.kind == .number, let n = Int64(String(decoding: f.value, as: UTF8.self)) else { return .mismatch }
+        guard f.kind == .number, let n = Int64(String(decoding: source[f.value], as: UTF8.self)) else { return .mismatch }
         return .value(n)
     }
 
     public func string(_ key: StaticString) -> Read<String> {
         guard let f = field(key), f.kind != .null else { return .absent }
         guard f.kind == .string else { return .mismatch }
-        return .value(String(decoding: f.value, as: UTF8.self))
+        return .value(String(decoding: source[f.value], as: UTF8.self))
     }
 
     /// A flat object one level down.
     public func object(_ key: StaticString) -> Read<FlatJSONObject> {
         guard let f = field(key), f.kind != .null else { return .absent }
-        guard f.kind == .object, let inner = FlatJSONObject(f.value, nesting: 0) else { return .mismatch }
+        guard f.kind == .object, let inner = FlatJSONObject(source[f.value], nesting: 0) else { return .mismatch }
         return .value(inner)
     }
 
     public func bool(_ key: StaticString) -> Read<Bool> {
         guard let f = field(key), f.kind != .null else { return .absent }
         guard f.kind == .bool else { return .mismatch }
-        return .value(f.value.first == UInt8(ascii: "t"))
+        return .value(source[f.value.lowerBound] == UInt8(ascii: "t"))
     }
 }
 

@@ -65,22 +65,34 @@ public struct Topics: Sendable, Equatable {
     }
 
     public func parse(_ topic: String) -> Parsed {
-        // Substrings: on every message, only the device id becomes a String of its own.
-        let parts = topic.split(separator: "/", omittingEmptySubsequences: false)
-        if parts.count == 3, parts[0] == ownTracksPrefix {
-            guard let id = DeviceID("\(parts[1]).\(parts[2])") else { return .invalidDevice("\(parts[1]).\(parts[2])") }
+        // Run for every message: the levels are found without building an array.
+        var levels: (Substring, Substring, Substring, Substring) = ("", "", "", "")
+        var count = 0
+        var start = topic.startIndex
+        for index in topic.utf8.indices where topic.utf8[index] == UInt8(ascii: "/") {
+            guard count < 3 else { return .other }  // five levels or more: none of ours
+            let level = topic[start..<index]
+            switch count { case 0: levels.0 = level; case 1: levels.1 = level; default: levels.2 = level }
+            count += 1
+            start = topic.utf8.index(after: index)
+        }
+        let last = topic[start...]
+        switch count { case 0: levels.0 = last; case 1: levels.1 = last; case 2: levels.2 = last; default: levels.3 = last }
+        count += 1
+        if count == 3, levels.0 == ownTracksPrefix {
+            guard let id = DeviceID("\(levels.1).\(levels.2)") else { return .invalidDevice("\(levels.1).\(levels.2)") }
             return .ownTracks(id)
         }
-        guard parts.count >= 3, parts[0] == prefix else { return .other }
-        let segment = String(parts[1])
-        if parts.count == 4, parts[2] == "cmd" {
+        guard count >= 3, levels.0 == prefix else { return .other }
+        let segment = String(levels.1)
+        if count == 4, levels.2 == "cmd" {
             guard let id = DeviceID(allowingReserved: segment) else { return .invalidDevice(segment) }
-            return .command(id, name: String(parts[3]))
+            return .command(id, name: String(levels.3))
         }
-        guard parts.count == 3 else { return .other }
+        guard count == 3 else { return .other }
         // `_health` and the fleet's events (`_fleet/events`) are streams of ours, not a device's.
-        guard let id = DeviceID(segment) else { return segment == "_health" || parts[2] == "events" ? .other : .invalidDevice(segment) }
-        switch parts[2] {
+        guard let id = DeviceID(segment) else { return segment == "_health" || levels.2 == "events" ? .other : .invalidDevice(segment) }
+        switch levels.2 {
         case "fixes": return .fixes(id)
         case "raw": return .raw(id)
         case "points": return .points(id)

@@ -31,6 +31,13 @@ import Testing
         #expect(topics.parse("tracker/bad id/fixes") == .invalidDevice("bad id"))
         #expect(topics.parse("tracker/_health/gateway") == .other)
         #expect(topics.parse("elsewhere/p1/fixes") == .other)
+        #expect(topics.parse("tracker/p1/cmd/getTrips") == .command(d, name: "getTrips"))
+        #expect(topics.parse("tracker/p1/events") == .events(d))
+        #expect(topics.parse("tracker/_fleet/events") == .other)
+        #expect(topics.parse("tracker/_x/fixes") == .invalidDevice("_x"))
+        for odd in ["tracker/p1/fixes/x/y", "tracker/p1", "tracker", "", "tracker//fixes", "/p1/fixes", "tracker/p1/cmd"] {
+            #expect([.other, .invalidDevice("")].contains(topics.parse(odd)), "\(odd)")
+        }
     }
 
     @Test func honoursThePrefix() {
