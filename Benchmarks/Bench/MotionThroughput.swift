@@ -44,16 +44,17 @@ enum MotionThroughput {
     }
 
     static func measureMotion(_ broker: TestBroker, count: Int) async throws -> Double {
+        let instance = "motion-\(UUID().uuidString.prefix(6))"
         let motion = try ServiceHarness(executable: "tracker-motion", broker: broker,
                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5, "maxFleetGeofences": 2_000,
-                                                 "instance": "motion-\(UUID().uuidString.prefix(6))"])
+                                                 "instance": instance])
         try motion.start()
-        defer { motion.stop() }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/motion"])
         try await sink.wait(description: "motion online") { $0.contains { $0.string.contains(#""status":"online""#) } }
         try await addFences(broker)
         let rate = try await Throughput.pump(broker, sink, payloads(count), marker: #""geofenceID":"finish""#, count: devices)
         Throughput.printCPU(motion, messages: count)
+        try await Throughput.retire(motion, id: instance, broker)
         return rate
     }
 
@@ -61,10 +62,11 @@ enum MotionThroughput {
         let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
         let relay = try ChildProcess(executable: executable, arguments: ["relay", "\(broker.port)", "points"],
                                      logFile: broker.directory.appendingPathComponent("relay-points.log").path)
-        defer { relay.kill(SIGKILL); _ = relay.wait(timeout: 5) }
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/relay"])
         try await sink.wait(description: "relay online") { $0.contains { $0.topic.hasSuffix("/relay") } }
-        return try await Throughput.pump(broker, sink, payloads(count), marker: #""sessionID":"final""#, count: devices)
+        let rate = try await Throughput.pump(broker, sink, payloads(count), marker: #""sessionID":"final""#, count: devices)
+        try await Relay.stop(relay, points: true, broker)
+        return rate
     }
 
     /// 1,000 fleet fences of 50–500 m over the 20 km square, and the finish.
