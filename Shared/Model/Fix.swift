@@ -86,14 +86,31 @@ public struct TrackPoint: Codable, Sendable, Equatable {
     }
 }
 
+/// What the device measured for an accepted point: the fix beside the
+/// filter's estimate, so a look-ahead smoother can start from the evidence.
+public struct MeasuredFix: Codable, Sendable, Equatable {
+    public var latitude: Double
+    public var longitude: Double
+    public var accuracyM: Double
+    public var speedMps: Double?
+    public var courseDeg: Double?
+
+    public init(latitude: Double, longitude: Double, accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil) {
+        self.latitude = latitude; self.longitude = longitude; self.accuracyM = accuracyM
+        self.speedMps = speedMps; self.courseDeg = courseDeg
+    }
+}
+
 /// A TrackPoint with its device, as carried on `tracker/{device}/points`.
 public struct PointMessage: Codable, Sendable, Equatable {
     public var device: DeviceID
     public var point: TrackPoint
     /// The filter store's identity (see `Sequenced`).
     public var epoch: String?
-    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil) {
-        self.device = device; self.point = point; self.epoch = epoch
+    /// The fix the point was accepted from (absent from filters before it).
+    public var measured: MeasuredFix?
+    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil, measured: MeasuredFix? = nil) {
+        self.device = device; self.point = point; self.epoch = epoch; self.measured = measured
     }
     public var seq: Int64 { point.seq }
 }

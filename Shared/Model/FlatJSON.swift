@@ -227,9 +227,16 @@ extension PointMessage {
               let timeMs = p.int64("timeMs").required, let latitude = p.double("latitude").required,
               let longitude = p.double("longitude").required, let accuracyM = p.double("accuracyM").required,
               let speedMps = p.double("speedMps").optional, let courseDeg = p.double("courseDeg").optional,
-              let odometerM = p.double("odometerM").required else { return nil }
+              let odometerM = p.double("odometerM").required, let m = o.object("measured").optional else { return nil }
+        var measured: MeasuredFix?
+        if let m {
+            guard let lat = m.double("latitude").required, let lon = m.double("longitude").required,
+                  let acc = m.double("accuracyM").required, let speed = m.double("speedMps").optional,
+                  let course = m.double("courseDeg").optional else { return nil }
+            measured = MeasuredFix(latitude: lat, longitude: lon, accuracyM: acc, speedMps: speed, courseDeg: course)
+        }
         self.init(device: device, point: TrackPoint(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude,
                                                     longitude: longitude, accuracyM: accuracyM, speedMps: speedMps,
-                                                    courseDeg: courseDeg, odometerM: odometerM), epoch: epoch)
+                                                    courseDeg: courseDeg, odometerM: odometerM), epoch: epoch, measured: measured)
     }
 }

@@ -158,7 +158,20 @@ extension PointMessage: JSONWritable {
         w.beginObject()
         w.field("device", device)
         w.field("epoch", epoch)
+        w.field("measured", measured)
         w.field("point", point)
+        w.endObject()
+    }
+}
+
+extension MeasuredFix: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accuracyM", accuracyM)
+        w.field("courseDeg", courseDeg)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("speedMps", speedMps)
         w.endObject()
     }
 }

@@ -39,7 +39,9 @@ import Testing
             TrackPoint(seq: 9_007_199_254_740_993, sessionID: "a-b", timeMs: 1_793_197_938_549, latitude: 37.331821,
                        longitude: -122.030386, accuracyM: 10.5, speedMps: 1.54, courseDeg: 263.6, odometerM: 12_345.678),
         ] {
-            for message in [PointMessage(device: d, point: point), PointMessage(device: d, point: point, epoch: "e-1")] {
+            for message in [PointMessage(device: d, point: point), PointMessage(device: d, point: point, epoch: "e-1"),
+                            PointMessage(device: d, point: point, epoch: "e", measured: MeasuredFix(latitude: 1.5, longitude: -2, accuracyM: 12.25,
+                                                                                                      speedMps: 3, courseDeg: 90))] {
                 let bytes = Array(JSONCoding.encode(message))
                 #expect(PointMessage(flat: bytes) == message)
                 #expect(PointMessage(flat: bytes) == (try JSONCoding.decoder.decode(PointMessage.self, from: Data(bytes))))

@@ -84,7 +84,9 @@ enum FilterService {
         }
         if let point = judgement.point {
             try work.send(seq: raw.seq, sessionID: raw.sessionID, timeMs: point.timeMs,
-                          body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch))))
+                          body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: MeasuredFix(
+                              latitude: raw.latitude, longitude: raw.longitude, accuracyM: raw.accuracyM,
+                              speedMps: raw.speedMps, courseDeg: raw.courseDeg)))))
             work.emit(.location(point), timeMs: point.timeMs)
         } else if judgement.announceRejection {
             work.emit(.locationRejected(judgement.decision), timeMs: raw.timeMs)
