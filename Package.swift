@@ -27,7 +27,7 @@ let package = Package(
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
         .target(name: "Runtime", dependencies: ["Model", "Logging", "Bus", "Store"], path: "Shared/Runtime",
                 swiftSettings: strict),
-        .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime", "FilterCore", "MotionCore"], path: "Shared/TestSupport",
+        .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime", "FilterCore", "MotionCore", "TrackCore"], path: "Shared/TestSupport",
                 swiftSettings: strict),
 
         // Services: a pure core and the executable that wires it.
@@ -43,9 +43,10 @@ let package = Package(
                 swiftSettings: strict),
         .executableTarget(name: "Motion", dependencies: ["MotionCore", "Runtime"],
                           path: "Services/Motion/Motion", swiftSettings: strict),
+        .target(name: "TrackCore", dependencies: ["Model"], path: "Services/Track/TrackCore", swiftSettings: strict),
         .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime"], path: "Services/Ctl",
                           swiftSettings: strict),
-        .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore", "MotionCore"],
+        .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore", "MotionCore", "TrackCore"],
                           path: "Benchmarks/Bench", swiftSettings: strict),
 
         // Tests.
@@ -58,6 +59,7 @@ let package = Package(
                     swiftSettings: strict),
         .testTarget(name: "MotionCoreTests", dependencies: ["MotionCore", "FilterCore", "TestSupport"],
                     swiftSettings: strict),
+        .testTarget(name: "TrackCoreTests", dependencies: ["TrackCore", "FilterCore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "ServiceTests", dependencies: ["Gateway", "Filter", "Motion", "Runtime", "TestSupport"],
                     swiftSettings: strict),
         .testTarget(name: "EndToEndTests",
