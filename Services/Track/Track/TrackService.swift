@@ -1,0 +1,173 @@
+import Bus
+import Foundation
+import Model
+import Runtime
+import Store
+import TrackCore
+
+struct TrackSettings {
+    /// Points older than this (before the device's newest point) are deleted.
+    var maxDaysToPersist: Double
+    var maxPointsPerDevice: Int
+    var gapAfterMs: Int64
+    var gapMinDistanceM: Double
+
+    init(_ reader: SettingsReader) throws {
+        maxDaysToPersist = try reader.double("maxDaysToPersist", default: 30, in: 1...3_650)
+        maxPointsPerDevice = try reader.int("maxPointsPerDevice", default: 2_000_000, in: 1_000...100_000_000)
+        gapAfterMs = Int64(try reader.double("trackingGapAfterSec", default: 600, in: 1...86_400) * 1000)
+        gapMinDistanceM = try reader.double("trackingGapMinDistanceM", default: 250, in: 0...1_000_000)
+    }
+}
+
+/// A device as the track service keeps it: where its newest stored point was.
+struct TrackRow: Codable, Equatable {
+    var lastTimeMs: Int64?
+    var lastLatitude: Double?
+    var lastLongitude: Double?
+}
+
+/// Stores every accepted point once and builds tracks from them: the track
+/// service's table for the host.
+enum TrackService {
+    static func definition(_ settings: TrackSettings) -> ServiceDefinition<TrackRow> {
+        ServiceDefinition(name: "track", migrations: TrackStore.migrations, rows: .json(fresh: { TrackRow() })) { db in
+            let store = try TrackStore(db: db)
+            return Routes(
+                inputs: [
+                    .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
+                        try keep(message, work, store: store, settings: settings)
+                    },
+                ],
+                commands: [
+                    .query("getPoints") { command, query in
+                        let args = try command.arguments(PageArgs.self)
+                        let page = try args.validated()
+                        return try query.page("points", sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                    },
+                    .query("getCount") { command, query in
+                        let args = try command.arguments(PageArgs.self)
+                        return .value(try TrackStore.count(query.db, device: query.device, sessionID: args.sessionID))
+                    },
+                    .query("getOdometer") { command, query in
+                        let args = try command.arguments(PageArgs.self)
+                        return .value(try TrackStore.odometer(query.db, device: query.device, sessionID: args.sessionID))
+                    },
+                    .query("buildTrack") { command, query in .value(try Exports.track(command, query)) },
+                    .query("exportGeoJSON") { command, query in .value(JSONCoding.string(Exports.geoJSON(try Exports.track(command, query)))) },
+                    .query("exportPolylineJSON") { command, query in .value(Exports.polylineJSON(try Exports.track(command, query))) },
+                    .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query))) },
+                ],
+                retention: [LogRetention(store.points, keepPerDevice: settings.maxPointsPerDevice)])
+        }
+    }
+
+    private static func keep(_ message: PointMessage, _ work: Work<TrackRow>, store: TrackStore, settings: TrackSettings) throws {
+        let point = message.point
+        try work.append(to: store.points, seq: point.seq, sessionID: point.sessionID, timeMs: point.timeMs,
+                        body: Array(JSONCoding.encode(StoredBody(StoredPoint(point: point, measured: message.measured)))))
+        // A silence of 10 minutes or more that resumes 250 m away or more: one gap, its straight line a lower bound.
+        if let lastMs = work.row.lastTimeMs, let lat = work.row.lastLatitude, let lon = work.row.lastLongitude,
+           point.timeMs - lastMs >= settings.gapAfterMs {
+            let distance = Geodesy.distance(lat, lon, point.latitude, point.longitude)
+            if distance >= settings.gapMinDistanceM {
+                work.emit(.trackingGap(durationSec: Double(point.timeMs - lastMs) / 1000, distanceMeters: distance), timeMs: point.timeMs)
+            }
+        }
+        if point.timeMs >= work.row.lastTimeMs ?? .min {
+            work.row = TrackRow(lastTimeMs: point.timeMs, lastLatitude: point.latitude, lastLongitude: point.longitude)
+            // Retention in the points' own time: a replayed recording from last year is not purged on arrival.
+            if point.seq % 256 == 0 { try store.trim(work.device, before: point.timeMs - Int64(settings.maxDaysToPersist * 86_400_000)) }
+        }
+        work.processed()
+        work.lag(work.nowMs - point.timeMs)
+    }
+}
+
+/// The track service's table: every stored point, by device and seq.
+final class TrackStore {
+    let points: DeviceLog
+    private let db: Database
+
+    static let migrations: [(name: String, sql: String)] = [
+        ("1-track", DeviceLog.schema("points") + "\nCREATE INDEX points_by_session ON points(device, sessionID, timeMs);"),
+    ]
+
+    init(db: Database) throws {
+        self.db = db
+        points = try DeviceLog(db: db, table: "points")
+    }
+
+    func trim(_ device: DeviceID, before timeMs: Int64) throws {
+        try db.run("DELETE FROM points WHERE device = ? AND timeMs < ?", .text(device.rawValue), .integer(timeMs))
+    }
+
+    static func count(_ db: Database, device: DeviceID, sessionID: String?) throws -> Int {
+        if let sessionID {
+            return try db.first("SELECT count(*) FROM points WHERE device = ? AND sessionID = ?", [.text(device.rawValue), .text(sessionID)]) { $0.int(0) } ?? 0
+        }
+        return try db.first("SELECT count(*) FROM points WHERE device = ?", [.text(device.rawValue)]) { $0.int(0) } ?? 0
+    }
+
+    /// The filter's odometer: the device's total, or what a session added to it.
+    static func odometer(_ db: Database, device: DeviceID, sessionID: String?) throws -> Double {
+        func odometer(_ sql: String, _ bindings: [SQLValue]) throws -> Double? {
+            try db.first(sql, bindings) { try JSONCoding.decoder.decode(TrackPoint.self, from: $0.data(0)).odometerM }
+        }
+        guard let sessionID else {
+            return try odometer("SELECT body FROM points WHERE device = ? ORDER BY seq DESC LIMIT 1", [.text(device.rawValue)]) ?? 0
+        }
+        let bindings: [SQLValue] = [.text(device.rawValue), .text(sessionID)]
+        guard let first = try odometer("SELECT body FROM points WHERE device = ? AND sessionID = ? ORDER BY timeMs LIMIT 1", bindings),
+              let last = try odometer("SELECT body FROM points WHERE device = ? AND sessionID = ? ORDER BY timeMs DESC LIMIT 1", bindings)
+        else { return 0 }
+        return max(0, last - first)
+    }
+
+    /// A session's points, oldest first.
+    static func session(_ db: Database, device: DeviceID, sessionID: String) throws -> [StoredPoint] {
+        try db.query("SELECT body FROM points WHERE device = ? AND sessionID = ? ORDER BY timeMs", [.text(device.rawValue), .text(sessionID)]) {
+            try StoredPoint.stored($0.data(0))
+        }
+    }
+}
+
+extension StoredPoint {
+    /// Stored as the TrackPoint's own fields plus `measured`: `getPoints` returns them as they are.
+    static func stored(_ data: Data) throws -> StoredPoint {
+        struct Measured: Decodable { var measured: MeasuredFix? }
+        return StoredPoint(point: try JSONCoding.decoder.decode(TrackPoint.self, from: data),
+                           measured: try JSONCoding.decoder.decode(Measured.self, from: data).measured)
+    }
+}
+
+/// A stored point as one flat object: the TrackPoint's fields and `measured`
+/// (so `getPoints` returns TrackPoints as they are, with the fix beside).
+struct StoredBody: Encodable, JSONWritable {
+    let stored: StoredPoint
+    init(_ stored: StoredPoint) { self.stored = stored }
+
+    private enum Key: String, CodingKey { case measured }
+
+    func encode(to encoder: any Encoder) throws {
+        try stored.point.encode(to: encoder)
+        var c = encoder.container(keyedBy: Key.self)
+        try c.encodeIfPresent(stored.measured, forKey: .measured)
+    }
+
+    func write(to w: inout JSONWriter) {
+        let point = stored.point
+        w.beginObject()
+        w.field("accuracyM", point.accuracyM)
+        w.field("courseDeg", point.courseDeg)
+        w.field("latitude", point.latitude)
+        w.field("longitude", point.longitude)
+        w.field("measured", stored.measured)
+        w.field("odometerM", point.odometerM)
+        w.field("seq", point.seq)
+        w.field("sessionID", point.sessionID)
+        w.field("speedMps", point.speedMps)
+        w.field("timeMs", point.timeMs)
+        w.endObject()
+    }
+}

@@ -1,0 +1,6 @@
+import Foundation
+import Runtime
+
+exit(await ServiceRunner.run(name: "track") { _, reader in
+    TrackService.definition(try TrackSettings(reader))
+})

@@ -1,0 +1,149 @@
+import Bus
+import Foundation
+#if canImport(FoundationXML)
+import FoundationXML
+#endif
+import Logging
+import Model
+@testable import Runtime
+import TestSupport
+import Testing
+@testable import Track
+import TrackCore
+
+/// The track service's definition on the host, in process.
+@Suite struct TrackHostTests {
+    let bus = RecordingBus()
+    let clock = ManualClock()
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("track-\(UUID().uuidString).sqlite").path
+    let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
+    let t0: Int64 = 1_790_000_000_000
+
+    func host() throws -> ServiceHost<TrackRow> {
+        try ServiceHost(TrackService.definition(try TrackSettings(SettingsReader(values: [:], source: "test"))), databasePath: path,
+                        bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), clock: clock)
+    }
+
+    func point(_ seq: Int64, t: Double, x: Double, odometer: Double, session: String = "s1") -> MQTTMessage {
+        let (lat, lon) = frame.toGeo(x: x, y: 0)
+        let p = TrackPoint(seq: seq, sessionID: session, timeMs: t0 + Int64(t * 1000), latitude: lat, longitude: lon,
+                           accuracyM: 5, speedMps: 10, courseDeg: 90, odometerM: odometer)
+        let m = MeasuredFix(latitude: lat, longitude: lon, accuracyM: 5, speedMps: 10, courseDeg: 90)
+        return MQTTMessage(topic: "tracker/van1/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f", measured: m))))
+    }
+
+    func query(_ track: ServiceHost<TrackRow>, _ name: String, _ args: String) throws -> CommandReply {
+        bus.clear()
+        track.receive(MQTTMessage(topic: "tracker/van1/cmd/\(name)", string: #"{"id":"\#(name)","args":\#(args)}"#))
+        #expect(track.commit())
+        let message = try #require(bus.waitForMessage { $0.topic == "tracker/van1/reply/\(name)" })
+        return try JSONDecoder().decode(CommandReply.self, from: Data(message.payload))
+    }
+
+    /// A minute east at 10 m/s, 15 minutes dark, a minute more 2 km on.
+    func drive(_ track: ServiceHost<TrackRow>) {
+        for i in 0..<60 { track.receive(point(Int64(i + 1), t: Double(i), x: Double(i) * 10, odometer: Double(i) * 10)) }
+        for i in 0..<60 {
+            track.receive(point(Int64(i + 61), t: 960 + Double(i), x: 2_600 + Double(i) * 10, odometer: 2_600 + Double(i) * 10))
+        }
+    }
+
+    @Test func pointsAreStoredOnceAndAGapIsAnnouncedOnce() throws {
+        let track = try host()
+        drive(track)
+        // Redelivered after a reconnect: stored once.
+        for i in 0..<10 { track.receive(point(Int64(i + 1), t: Double(i), x: Double(i) * 10, odometer: Double(i) * 10)) }
+        #expect(track.commit())
+        let gaps = bus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+            .compactMap { if case .trackingGap(let d, let m) = $0.body { (d, m) } else { nil } }
+        #expect(gaps.count == 1)
+        #expect(gaps.first.map { (900...910).contains($0.0) && (2_000...2_020).contains($0.1) } == true)
+        #expect(try query(track, "getCount", #"{"sessionID":"s1"}"#).result == .number(120))
+        let odometer = try query(track, "getOdometer", #"{"sessionID":"s1"}"#).result?.doubleValue ?? 0
+        // The odometer counts the gap's straight line; the built track's observed distance does not.
+        let built = try query(track, "buildTrack", #"{"sessionID":"s1"}"#)
+        let t = try JSONDecoder().decode(Track.self, from: JSONEncoder().encode(try #require(built.result)))
+        #expect(t.segments.map(\.kind) == [.moving, .gap, .moving])
+        #expect(abs(odometer - t.statistics.observedDistanceM - 2_010) < 30, "odometer \(odometer), observed \(t.statistics.observedDistanceM)")
+        let points = try query(track, "getPoints", #"{"sessionID":"s1","limit":5}"#)
+        #expect(points.result?.arrayValue?.compactMap { $0["seq"]?.int64Value } == [1, 2, 3, 4, 5])
+        #expect(points.result?.arrayValue?.first?["measured"]?["accuracyM"]?.doubleValue == 5)
+        #expect(try query(track, "buildTrack", #"{"sessionID":"nope"}"#).code == "notFound")
+        #expect(try query(track, "buildTrack", #"{"sessionID":"s1","options":{"stopRadiusM":0}}"#).code == "badInput")
+    }
+
+    /// GeoJSON read back as RFC 7946 asks: a FeatureCollection of Features
+    /// whose LineStrings have two or more [lon, lat] positions in range.
+    @Test func geoJSONFollowsTheRFC() throws {
+        let track = try host()
+        drive(track)
+        #expect(track.commit())
+        let text = try #require(try query(track, "exportGeoJSON", #"{"sessionID":"s1"}"#).result?.stringValue)
+        let root = try #require(try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any])
+        #expect(root["type"] as? String == "FeatureCollection")
+        let features = try #require(root["features"] as? [[String: Any]])
+        var lines = 0
+        for feature in features {
+            #expect(feature["type"] as? String == "Feature" && feature["properties"] is [String: Any])
+            let geometry = try #require(feature["geometry"] as? [String: Any])
+            switch geometry["type"] as? String {
+            case "LineString":
+                let coordinates = try #require(geometry["coordinates"] as? [[Double]])
+                #expect(coordinates.count >= 2 && coordinates.allSatisfy { $0.count == 2 && abs($0[0] - 11.5) < 0.1 && abs($0[1] - 48.1) < 0.1 })
+                lines += 1
+            case "Point":
+                let c = try #require(geometry["coordinates"] as? [Double])
+                #expect(c.count == 2 && abs(c[0] - 11.5) < 0.1)
+            default: Issue.record("unexpected geometry \(geometry)")
+            }
+        }
+        #expect(lines == 3)  // moving, gap, moving
+    }
+
+    /// GPX 1.1 read back with Foundation's XML parser: the namespace, one
+    /// trkseg per moving segment, every trkpt with lat, lon and time.
+    @Test func gpxReadsBack() throws {
+        let track = try host()
+        drive(track)
+        #expect(track.commit())
+        let text = try #require(try query(track, "exportGPX", #"{"sessionID":"s1"}"#).result?.stringValue)
+        final class Reader: NSObject, XMLParserDelegate {
+            var namespace: String?, segments = 0, points = 0, timed = 0, inTime = false
+            func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String]) {
+                switch name {
+                case "gpx": namespace = attributes["xmlns"]
+                case "trkseg": segments += 1
+                case "trkpt": if Double(attributes["lat"] ?? "") != nil, Double(attributes["lon"] ?? "") != nil { points += 1 }
+                case "time": inTime = true
+                default: break
+                }
+            }
+            func parser(_ parser: XMLParser, foundCharacters string: String) {
+                if inTime, ISO8601DateFormatter().date(from: string.replacingOccurrences(of: #"\.\d+"#, with: "", options: .regularExpression)) != nil { timed += 1 }
+            }
+            func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) { if name == "time" { inTime = false } }
+        }
+        let reader = Reader()
+        let parser = XMLParser(data: Data(text.utf8))
+        parser.delegate = reader
+        #expect(parser.parse(), "\(String(describing: parser.parserError))")
+        #expect(reader.namespace == "http://www.topografix.com/GPX/1/1")
+        #expect(reader.segments == 2 && reader.points >= 4 && reader.timed == reader.points)
+    }
+
+    @Test func polylinesDecodeBackToTheLine() throws {
+        let line = [(48.1, 11.5), (48.10123, 11.50456), (48.09, 11.49)]
+        let encoded = Polyline.encode(line)
+        // Decoded independently of the encoder: 5-bit chunks, zig-zag, deltas.
+        var values: [Int] = [], value = 0, shift = 0
+        for byte in encoded.utf8 {
+            let chunk = Int(byte) - 63
+            value |= (chunk & 0x1f) << shift
+            shift += 5
+            if chunk < 0x20 { values.append(value & 1 != 0 ? ~(value >> 1) : value >> 1); value = 0; shift = 0 }
+        }
+        var lat = 0, lon = 0, decoded: [(Double, Double)] = []
+        for i in stride(from: 0, to: values.count, by: 2) { lat += values[i]; lon += values[i + 1]; decoded.append((Double(lat) / 1e5, Double(lon) / 1e5)) }
+        #expect(decoded.count == 3 && zip(decoded, line).allSatisfy { abs($0.0 - $1.0) < 1e-5 && abs($0.1 - $1.1) < 1e-5 })
+    }
+}
