@@ -130,3 +130,42 @@ public struct TripReport: Encodable, Sendable {
         try c.encodeIfPresent(trip.averageSpeedMps, forKey: .averageSpeedMps)
     }
 }
+
+/// The live track of a device, retained on `tracker/{device}/live` (QoS 0,
+/// conflated): where it is now, where it just was, and its session so far.
+public struct LiveFrame: Codable, Sendable, Equatable {
+    public var device: DeviceID
+    public var timeMs: Int64
+    public var latitude: Double
+    public var longitude: Double
+    public var accuracyM: Double
+    public var speedMps: Double?
+    public var headingDeg: Double?
+    public var motion: MotionState?
+    /// The recent path, simplified, oldest first: `[latitude, longitude]` pairs.
+    public var tail: [[Double]]
+    public var session: LiveSession?
+
+    public init(device: DeviceID, timeMs: Int64, latitude: Double, longitude: Double, accuracyM: Double, speedMps: Double?,
+                headingDeg: Double?, motion: MotionState?, tail: [[Double]], session: LiveSession?) {
+        self.device = device; self.timeMs = timeMs; self.latitude = latitude; self.longitude = longitude
+        self.accuracyM = accuracyM; self.speedMps = speedMps; self.headingDeg = headingDeg; self.motion = motion
+        self.tail = tail; self.session = session
+    }
+}
+
+/// A session's running figures, as the live frame carries them.
+public struct LiveSession: Codable, Sendable, Equatable {
+    public var id: String
+    public var startMs: Int64
+    /// The filter's odometer since the session's first point.
+    public var distanceM: Double
+    public var durationSec: Double
+    public var points: Int
+    public var maxSpeedMps: Double
+
+    public init(id: String, startMs: Int64, distanceM: Double, durationSec: Double, points: Int, maxSpeedMps: Double) {
+        self.id = id; self.startMs = startMs; self.distanceM = distanceM; self.durationSec = durationSec
+        self.points = points; self.maxSpeedMps = maxSpeedMps
+    }
+}

@@ -147,3 +147,25 @@ import TrackCore
         #expect(decoded.count == 3 && zip(decoded, line).allSatisfy { abs($0.0 - $1.0) < 1e-5 && abs($0.1 - $1.1) < 1e-5 })
     }
 }
+
+extension TrackHostTests {
+    /// A burst of points in one batch publishes one live frame (the newest),
+    /// retained at QoS 0, with the motion state, a simplified tail and the session so far.
+    @Test func aBurstPublishesTheNewestLiveFrameOnly() throws {
+        let track = try host()
+        track.receive(MQTTMessage(topic: "tracker/van1/motion", payload: Array(JSONCoding.encode(
+            MotionMessage(device: DeviceID("van1")!, seq: 1, timeMs: t0, state: .moving, epoch: "m")))))
+        for i in 0..<60 { track.receive(point(Int64(i + 1), t: Double(i), x: Double(i) * 10, odometer: 100 + Double(i) * 10)) }
+        #expect(track.commit())
+        let frames = bus.messages.filter { $0.topic == "tracker/van1/live" }
+        #expect(frames.count == 1 && frames[0].retain && frames[0].qos == .atMostOnce)
+        let frame = try JSONDecoder().decode(LiveFrame.self, from: Data(frames[0].payload))
+        #expect(frame.timeMs == t0 + 59_000 && frame.motion == .moving)
+        #expect(frame.tail.count == 2)  // a straight line: its two ends
+        #expect(frame.session.map { $0.id == "s1" && $0.points == 60 && abs($0.distanceM - 590) < 1e-6 && $0.durationSec == 59 } == true)
+        // The next batch: one more frame.
+        track.receive(point(61, t: 60, x: 600, odometer: 700))
+        #expect(track.commit())
+        #expect(bus.messages.filter { $0.topic == "tracker/van1/live" }.count == 2)
+    }
+}

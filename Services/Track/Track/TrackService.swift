@@ -20,11 +20,20 @@ struct TrackSettings {
     }
 }
 
-/// A device as the track service keeps it: where its newest stored point was.
+/// A device as the track service keeps it: its newest point, its recent
+/// path and its session so far (for gaps and the live frame).
 struct TrackRow: Codable, Equatable {
     var lastTimeMs: Int64?
     var lastLatitude: Double?
     var lastLongitude: Double?
+    var last: TrackPoint?
+    var motion: MotionState?
+    /// The newest points, oldest first, at most `tailLength`.
+    var tail: [Vertex] = []
+    var session: LiveSession?
+    var sessionStartOdometerM: Double?
+
+    static let tailLength = 120
 }
 
 /// Stores every accepted point once and builds tracks from them: the track
@@ -37,6 +46,11 @@ enum TrackService {
                 inputs: [
                     .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
                         try keep(message, work, store: store, settings: settings)
+                        live(work)
+                    },
+                    .sequenced("motion", decode: { try JSONCoding.decoder.decode(MotionMessage.self, from: Data($0)) }) { message, work in
+                        work.row.motion = message.state
+                        live(work)
                     },
                 ],
                 commands: [
@@ -62,6 +76,40 @@ enum TrackService {
         }
     }
 
+    /// The row follows the newest point: the tail, and the session's running figures.
+    private static func advance(_ row: inout TrackRow, to point: TrackPoint) {
+        row.lastTimeMs = point.timeMs
+        row.lastLatitude = point.latitude
+        row.lastLongitude = point.longitude
+        row.last = point
+        row.tail.append(Vertex(latitude: point.latitude, longitude: point.longitude, timeMs: point.timeMs))
+        if row.tail.count > TrackRow.tailLength { row.tail.removeFirst(row.tail.count - TrackRow.tailLength) }
+        guard let id = point.sessionID else { row.session = nil; return }
+        var session = row.session ?? LiveSession(id: "", startMs: 0, distanceM: 0, durationSec: 0, points: 0, maxSpeedMps: 0)
+        if session.id != id {
+            session = LiveSession(id: id, startMs: point.timeMs, distanceM: 0, durationSec: 0, points: 0, maxSpeedMps: 0)
+            row.sessionStartOdometerM = point.odometerM
+        }
+        session.points += 1
+        session.distanceM = max(0, point.odometerM - (row.sessionStartOdometerM ?? point.odometerM))
+        session.durationSec = Double(point.timeMs - session.startMs) / 1000
+        session.maxSpeedMps = max(session.maxSpeedMps, point.speedMps ?? 0)
+        row.session = session
+    }
+
+    /// The live frame, retained at QoS 0; only the newest of a batch is published.
+    private static func live(_ work: Work<TrackRow>) {
+        guard let point = work.row.last else { return }
+        let tail = work.row.tail
+        let frame = LocalFrame(originLat: point.latitude, originLon: point.longitude)
+        let kept = TrackBuilder().simplify(tail.map { frame.toLocal(lat: $0.latitude, lon: $0.longitude) }, tolerance: 5)
+        let live = LiveFrame(device: work.device, timeMs: point.timeMs, latitude: point.latitude, longitude: point.longitude,
+                             accuracyM: point.accuracyM, speedMps: point.speedMps, headingDeg: point.courseDeg, motion: work.row.motion,
+                             tail: kept.map { [tail[$0].latitude, tail[$0].longitude] }, session: work.row.session)
+        work.publishLatest(MQTTMessage(topic: work.topics.live(work.device), payload: Array(JSONCoding.encode(live)),
+                                       qos: .atMostOnce, retain: true))
+    }
+
     private static func keep(_ message: PointMessage, _ work: Work<TrackRow>, store: TrackStore, settings: TrackSettings) throws {
         let point = message.point
         try work.append(to: store.points, seq: point.seq, sessionID: point.sessionID, timeMs: point.timeMs,
@@ -75,7 +123,7 @@ enum TrackService {
             }
         }
         if point.timeMs >= work.row.lastTimeMs ?? .min {
-            work.row = TrackRow(lastTimeMs: point.timeMs, lastLatitude: point.latitude, lastLongitude: point.longitude)
+            advance(&work.row, to: point)
             // Retention in the points' own time: a replayed recording from last year is not purged on arrival.
             if point.seq % 256 == 0 { try store.trim(work.device, before: point.timeMs - Int64(settings.maxDaysToPersist * 86_400_000)) }
         }

@@ -202,7 +202,7 @@ public struct TrackBuilder: Sendable {
     }
 
     /// Douglas–Peucker, iterative: the indices kept; the ends always are.
-    func simplify(_ line: [(x: Double, y: Double)], tolerance: Double) -> [Int] {
+    public func simplify(_ line: [(x: Double, y: Double)], tolerance: Double) -> [Int] {
         guard line.count > 2, tolerance > 0 else { return Array(line.indices) }
         var keep = [Bool](repeating: false, count: line.count)
         keep[0] = true; keep[line.count - 1] = true

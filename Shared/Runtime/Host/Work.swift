@@ -19,6 +19,8 @@ struct DeviceEntry<Row> {
 /// Something the host does once the batch that produced it is committed.
 enum Effect {
     case publish(MQTTMessage)
+    /// Published only if no later `.conflated` of the same topic follows in the batch.
+    case conflated(MQTTMessage)
     case outbox(DeviceID, seq: Int64, body: [UInt8])
     case reply(IncomingCommand, CommandReply)
     case count(String, Int64)
@@ -102,8 +104,12 @@ public final class Work<Row> {
         effects.items.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event.bounded)))))
     }
 
-    /// Any other message (a live frame, a request to another service).
+    /// Any other message (a request to another service).
     public func publish(_ message: MQTTMessage) { effects.items.append(.publish(message)) }
+
+    /// A message of which only the newest per topic matters (a live frame):
+    /// a burst of them in one batch publishes the last, not a backlog.
+    public func publishLatest(_ message: MQTTMessage) { effects.items.append(.conflated(message)) }
 
     /// Stores an internal message in the outbox log and publishes it after the commit.
     public func send(seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
