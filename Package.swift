@@ -46,7 +46,7 @@ let package = Package(
                           path: "Services/Motion/Motion", swiftSettings: strict),
         .target(name: "TrackCore", dependencies: ["Model"], path: "Services/Track/TrackCore", swiftSettings: strict),
         .executableTarget(name: "Track", dependencies: ["TrackCore", "Runtime"], path: "Services/Track/Track", swiftSettings: strict),
-        .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime"], path: "Services/Ctl",
+        .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime", "TrackCore"], path: "Services/Ctl",
                           swiftSettings: strict),
         .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore", "MotionCore", "TrackCore"],
                           path: "Benchmarks/Bench", swiftSettings: strict),

@@ -1,3 +1,4 @@
+import FilterCore
 import Foundation
 import Model
 import TestSupport
@@ -42,5 +43,26 @@ enum TrackBench {
         let seconds = (ContinuousClock.now - start).seconds
         print(String(format: "buildTrack over %d points: %.3f s on one core (%.0f points/s); %d segments, %d stops",
                      count, seconds, Double(count) / seconds, track.segments.count, track.statistics.stops))
+    }
+
+    /// `tracker-bench picture FILE.svg`: the noisy survey drive through the
+    /// filter, with twelve minutes dark in the middle, built and drawn.
+    static func picture(to path: String) throws {
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let samples = NoiseGenerator(seed: 1).apply(to: truth)
+        let filter = FilterCore()
+        var state = DeviceFilterState(), stored: [StoredPoint] = []
+        let darkFrom = truth[0].timeMs + 1_000_000, darkTo = darkFrom + 720_000
+        for (i, sample) in samples.enumerated() where !(darkFrom..<darkTo).contains(sample.fix.timeMs) {
+            let input = FilterInput(sample.fix, seq: Int64(i + 1), sessionID: "demo")
+            guard let point = filter.judge(input, state: &state).point else { continue }
+            stored.append(StoredPoint(point: point, measured: MeasuredFix(latitude: input.latitude, longitude: input.longitude,
+                                                                         accuracyM: input.accuracyM, speedMps: input.speedMps, courseDeg: input.courseDeg)))
+        }
+        var options = TrackOptions()
+        options.stopMinSec = 60
+        let track = TrackBuilder(options: options).build(stored, device: DeviceID("survey")!, sessionID: "demo")
+        try TrackPicture.svg(track).write(toFile: path, atomically: true, encoding: .utf8)
+        print("wrote \(path): \(track.segments.count) segments, \(track.statistics.stops) stops, \(track.statistics.gaps) gaps")
     }
 }

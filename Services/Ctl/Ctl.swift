@@ -13,6 +13,8 @@ struct Ctl {
                                                            print events as they arrive
           cmd DEVICE NAME [JSON-ARGS] [--timeout S] [--v311] send a command, print the reply
           health [--wait S]                                table of every service's health
+          render DEVICE --session ID --out FILE.svg [--options JSON]
+                                                           draw a built track (PNG beside it with rsvg-convert)
         common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX)
         """
 
@@ -27,6 +29,7 @@ struct Ctl {
             case "events": try await events(&args, connection)
             case "cmd": try await cmd(&args, connection)
             case "health": try await health(&args, connection)
+            case "render": try await render(&args, connection)
             case "help", "--help", "-h": print(usage)
             default: fail("unknown command '\(command)'\n\(usage)", code: 64)
             }
