@@ -12,17 +12,19 @@ import TestSupport
 enum MotionThroughput {
     static let devices = 8
 
-    static func run(count: Int) async throws {
+    /// `service` is `motion` or `track`.
+    static func run(count: Int, service: String = "motion") async throws {
         let broker = try TestBroker()
-        var relay: [Double] = [], motion: [Double] = []
+        var relay: [Double] = [], measured: [Double] = []
         for _ in 0..<3 {
             relay.append(try await measureRelay(broker, count: count))
-            motion.append(try await measureMotion(broker, count: count))
+            measured.append(service == "track" ? try await measureTrack(broker, count: count) : try await measureMotion(broker, count: count))
         }
         func list(_ rates: [Double]) -> String { rates.map { String(format: "%.0f", $0) }.joined(separator: " / ") }
         print("relay points→(last point)→events (no work): \(list(relay)) points/s")
-        print("motion service, 1,000 fleet fences:           \(list(motion)) points/s")
-        print("ratio per run: " + zip(motion, relay).map { String(format: "%.2f", $0 / $1) }.joined(separator: " / "))
+        print(service == "track" ? "track service, storing every point:         \(list(measured)) points/s"
+                                 : "motion service, 1,000 fleet fences:           \(list(measured)) points/s")
+        print("ratio per run: " + zip(measured, relay).map { String(format: "%.2f", $0 / $1) }.joined(separator: " / "))
     }
 
     /// Device `d`'s points: along a winding line through the fenced square at
@@ -37,7 +39,9 @@ enum MotionThroughput {
             let s = Double(k) * 12
             let (lat, lon) = last ? frame.toGeo(x: 50_000, y: 0)
                 : frame.toGeo(x: -9_000 + s.truncatingRemainder(dividingBy: 18_000), y: Double(d) * 2_000 - 8_000 + 500 * sin(s / 700))
-            let point = TrackPoint(seq: Int64(k + 1), sessionID: last ? "final" : "s", timeMs: 1_700_000_000_000 + Int64(k) * 1_000,
+            // The last point comes 15 minutes after the one before, 50 km away: a fence
+            // entry for the motion service, a tracking gap for the track service.
+            let point = TrackPoint(seq: Int64(k + 1), sessionID: last ? "final" : "s", timeMs: 1_700_000_000_000 + Int64(k) * 1_000 + (last ? 900_000 : 0),
                                    latitude: lat, longitude: lon, accuracyM: 8, speedMps: 12, odometerM: s)
             return ("tracker/\(device)/points", Array(JSONCoding.encode(PointMessage(device: device, point: point, epoch: "bench"))))
         }
@@ -55,6 +59,20 @@ enum MotionThroughput {
         let rate = try await Throughput.pump(broker, sink, payloads(count), marker: #""geofenceID":"finish""#, count: devices)
         Throughput.printCPU(motion, messages: count)
         try await Throughput.retire(motion, id: instance, broker)
+        return rate
+    }
+
+    /// The track service storing the same points; the run ends with the eight tracking gaps.
+    static func measureTrack(_ broker: TestBroker, count: Int) async throws -> Double {
+        let instance = "track-\(UUID().uuidString.prefix(6))"
+        let track = try ServiceHarness(executable: "tracker-track", broker: broker,
+                                       config: ["logLevel": "warning", "healthIntervalSec": 0.5, "instance": instance])
+        try track.start()
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/track"])
+        try await sink.wait(description: "track online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        let rate = try await Throughput.pump(broker, sink, payloads(count), marker: #""type":"trackingGap""#, count: devices)
+        Throughput.printCPU(track, messages: count)
+        try await Throughput.retire(track, id: instance, broker)
         return rate
     }
 

@@ -169,3 +169,15 @@ extension TrackHostTests {
         #expect(bus.messages.filter { $0.topic == "tracker/van1/live" }.count == 2)
     }
 }
+
+extension TrackHostTests {
+    @Test func theRowReadsBackAsWritten() throws {
+        var row = TrackRow(lastTimeMs: 5, lastLatitude: 48.1, lastLongitude: 11.5,
+                           last: TrackPoint(seq: 3, sessionID: "s", timeMs: 5, latitude: 48.1, longitude: 11.5, accuracyM: 4, speedMps: 2, odometerM: 9),
+                           motion: .stopPending, tail: [Vertex(latitude: 48.1, longitude: 11.5, timeMs: 5)],
+                           session: LiveSession(id: "s", startMs: 1, distanceM: 9, durationSec: 4, points: 3, maxSpeedMps: 2), sessionStartOdometerM: 0)
+        #expect(try JSONCoding.decoder.decode(TrackRow.self, from: JSONCoding.encode(row)) == row)
+        row = TrackRow()
+        #expect(try JSONCoding.decoder.decode(TrackRow.self, from: JSONCoding.encode(row)) == row)
+    }
+}

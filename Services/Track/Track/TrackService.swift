@@ -36,6 +36,47 @@ struct TrackRow: Codable, Equatable {
     static let tailLength = 120
 }
 
+extension TrackRow: JSONWritable {
+    func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("last", last)
+        w.field("lastLatitude", lastLatitude)
+        w.field("lastLongitude", lastLongitude)
+        w.field("lastTimeMs", lastTimeMs)
+        w.field("motion", motion)
+        w.field("session", session)
+        w.field("sessionStartOdometerM", sessionStartOdometerM)
+        w.key("tail")
+        w.beginArray()
+        for v in tail { v.write(to: &w) }
+        w.endArray()
+        w.endObject()
+    }
+}
+
+extension Vertex: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("timeMs", timeMs)
+        w.endObject()
+    }
+}
+
+extension LiveSession: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("distanceM", distanceM)
+        w.field("durationSec", durationSec)
+        w.field("id", id)
+        w.field("maxSpeedMps", maxSpeedMps)
+        w.field("points", Int64(points))
+        w.field("startMs", startMs)
+        w.endObject()
+    }
+}
+
 /// Stores every accepted point once and builds tracks from them: the track
 /// service's table for the host.
 enum TrackService {
@@ -100,14 +141,17 @@ enum TrackService {
     /// The live frame, retained at QoS 0; only the newest of a batch is published.
     private static func live(_ work: Work<TrackRow>) {
         guard let point = work.row.last else { return }
-        let tail = work.row.tail
-        let frame = LocalFrame(originLat: point.latitude, originLon: point.longitude)
-        let kept = TrackBuilder().simplify(tail.map { frame.toLocal(lat: $0.latitude, lon: $0.longitude) }, tolerance: 5)
-        let live = LiveFrame(device: work.device, timeMs: point.timeMs, latitude: point.latitude, longitude: point.longitude,
-                             accuracyM: point.accuracyM, speedMps: point.speedMps, headingDeg: point.courseDeg, motion: work.row.motion,
-                             tail: kept.map { [tail[$0].latitude, tail[$0].longitude] }, session: work.row.session)
-        work.publishLatest(MQTTMessage(topic: work.topics.live(work.device), payload: Array(JSONCoding.encode(live)),
-                                       qos: .atMostOnce, retain: true))
+        let row = work.row, device = work.device, topic = work.topics.live(device)
+        // Made only for the batch's newest frame of the device.
+        work.publishLatest(topic: topic) {
+            let tail = row.tail
+            let frame = LocalFrame(originLat: point.latitude, originLon: point.longitude)
+            let kept = TrackBuilder().simplify(tail.map { frame.toLocal(lat: $0.latitude, lon: $0.longitude) }, tolerance: 5)
+            let live = LiveFrame(device: device, timeMs: point.timeMs, latitude: point.latitude, longitude: point.longitude,
+                                 accuracyM: point.accuracyM, speedMps: point.speedMps, headingDeg: point.courseDeg, motion: row.motion,
+                                 tail: kept.map { [tail[$0].latitude, tail[$0].longitude] }, session: row.session)
+            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(live)), qos: .atMostOnce, retain: true)
+        }
     }
 
     private static func keep(_ message: PointMessage, _ work: Work<TrackRow>, store: TrackStore, settings: TrackSettings) throws {

@@ -65,6 +65,14 @@ extension RowCodec where Row: Codable {
     }
 }
 
+extension RowCodec where Row: Codable & JSONWritable {
+    /// Rows written by their direct writer (stored on every commit of a busy device).
+    public static func json(fresh: @escaping () -> Row) -> RowCodec {
+        RowCodec(fresh: fresh, encode: { Array(JSONCoding.encode($0)) },
+                 decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
+    }
+}
+
 /// The outbox: a log whose entries are the messages on an internal topic.
 public struct OutboxRoute {
     public let log: DeviceLog

@@ -356,12 +356,12 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if let lag = effects.lagMs { counters.lag(lag) }
         // The last conflated message per topic wins.
         var latest: [String: Int] = [:]
-        for (i, effect) in effects.items.enumerated() { if case .conflated(let m) = effect { latest[m.topic] = i } }
+        for (i, effect) in effects.items.enumerated() { if case .conflated(let topic, _) = effect { latest[topic] = i } }
         for (i, effect) in effects.items.enumerated() {
             switch effect {
             case .publish(let message): publish(message)
-            case .conflated(let message):
-                if latest[message.topic] == i { publish(message) } else { counters.count("conflated") }
+            case .conflated(let topic, let make):
+                if latest[topic] == i { publish(make()) } else { counters.count("conflated") }
             case .outbox(let device, let seq, let body):
                 do { try outbox?.send(device, seq: seq, body: body, on: bus) } catch {
                     logger.warning("internal message refused by the client; republished at the next start",

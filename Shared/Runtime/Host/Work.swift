@@ -19,8 +19,8 @@ struct DeviceEntry<Row> {
 /// Something the host does once the batch that produced it is committed.
 enum Effect {
     case publish(MQTTMessage)
-    /// Published only if no later `.conflated` of the same topic follows in the batch.
-    case conflated(MQTTMessage)
+    /// Made and published only if no later `.conflated` of the same topic follows in the batch.
+    case conflated(topic: String, make: () -> MQTTMessage)
     case outbox(DeviceID, seq: Int64, body: [UInt8])
     case reply(IncomingCommand, CommandReply)
     case count(String, Int64)
@@ -109,7 +109,8 @@ public final class Work<Row> {
 
     /// A message of which only the newest per topic matters (a live frame):
     /// a burst of them in one batch publishes the last, not a backlog.
-    public func publishLatest(_ message: MQTTMessage) { effects.items.append(.conflated(message)) }
+    /// `make` runs only for the one that is published.
+    public func publishLatest(topic: String, _ make: @escaping () -> MQTTMessage) { effects.items.append(.conflated(topic: topic, make: make)) }
 
     /// Stores an internal message in the outbox log and publishes it after the commit.
     public func send(seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
