@@ -46,7 +46,7 @@ public enum CommandCatalog {
                                 "getGeofences", "getGeofenceEvents", "deleteGeofenceEvents",
                                 "setActiveRoute", "isOffRoute", "getTrips", "getStops"]
     public static let track = ["getPoints", "getCount", "getOdometer", "buildTrack", "exportGeoJSON",
-                               "exportPolylineJSON", "exportGPX"]
+                               "exportPolylineJSON", "exportGPX", "getSummary"]
     public static let uploader = ["configureSync", "syncNow"]
     public static let all = Set(gateway + filter + motion + track + uploader)
 

@@ -181,3 +181,50 @@ extension TrackHostTests {
         #expect(try JSONCoding.decoder.decode(TrackRow.self, from: JSONCoding.encode(row)) == row)
     }
 }
+
+extension TrackHostTests {
+    /// The GPX read back by an independent GPX parser (Debian's python3-gpxpy,
+    /// installed by scripts/setup): two track segments of timed points, in order.
+    @Test func gpxpyReadsTheExport() throws {
+        let track = try host()
+        drive(track)
+        #expect(track.commit())
+        let text = try #require(try query(track, "exportGPX", #"{"sessionID":"s1"}"#).result?.stringValue)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("export-\(UUID().uuidString).gpx")
+        try text.write(to: file, atomically: true, encoding: .utf8)
+        let script = """
+            import gpxpy, sys
+            g = gpxpy.parse(open(sys.argv[1]))
+            segs = g.tracks[0].segments
+            times = [p.time for s in segs for p in s.points]
+            print(len(g.tracks), len(segs), sum(len(s.points) for s in segs), all(t is not None for t in times), times == sorted(times), len(g.waypoints))
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/python3")
+        process.arguments = ["-c", script, file.path]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        try process.run()
+        process.waitUntilExit()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).split(separator: " ").map(String.init)
+        #expect(process.terminationStatus == 0)
+        #expect(output.count == 6 && output[0] == "1" && output[1] == "2" && (Int(output[2]) ?? 0) >= 4, "\(output)")
+        #expect(output.count == 6 && output[3] == "True" && output[4] == "True" && output[5].hasPrefix("0"), "\(output)")
+    }
+}
+
+extension TrackHostTests {
+    @Test func aDaysSummary() throws {
+        let track = try host()
+        drive(track)
+        #expect(track.commit())
+        let reply = try query(track, "getSummary", #"{"fromMs":\#(t0 - 1_000),"toMs":\#(t0 + 86_400_000)}"#)
+        let s = try #require(reply.result)
+        #expect(s["points"]?.doubleValue == 120 && s["trips"]?.doubleValue == 1 && s["stops"]?.doubleValue == 0)
+        #expect(s["firstFixMs"]?.int64Value == t0 && s["lastFixMs"]?.int64Value == t0 + 1_019_000)
+        // The odometer covers the gap's 2 km; the observed distance does not.
+        #expect((s["odometerDistanceM"]?.doubleValue ?? 0) - (s["observedDistanceM"]?.doubleValue ?? 0) > 1_900)
+        #expect(try query(track, "getSummary", #"{"fromMs":5}"#).code == "badInput")
+        #expect(try query(track, "getSummary", #"{"fromMs":10,"toMs":5}"#).code == "badInput")
+    }
+}

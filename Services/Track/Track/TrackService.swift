@@ -112,6 +112,7 @@ enum TrackService {
                     .query("exportGeoJSON") { command, query in .value(JSONCoding.string(Exports.geoJSON(try Exports.track(command, query)))) },
                     .query("exportPolylineJSON") { command, query in .value(Exports.polylineJSON(try Exports.track(command, query))) },
                     .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query))) },
+                    .query("getSummary") { command, query in .value(try Summary.of(command, query)) },
                 ],
                 retention: [LogRetention(store.points, keepPerDevice: settings.maxPointsPerDevice)])
         }
@@ -214,6 +215,12 @@ final class TrackStore {
               let last = try odometer("SELECT body FROM points WHERE device = ? AND sessionID = ? ORDER BY timeMs DESC LIMIT 1", bindings)
         else { return 0 }
         return max(0, last - first)
+    }
+
+    /// A device's points within a period, oldest first.
+    static func period(_ db: Database, device: DeviceID, fromMs: Int64, toMs: Int64) throws -> [StoredPoint] {
+        try db.query("SELECT body FROM points WHERE device = ? AND timeMs >= ? AND timeMs <= ? ORDER BY timeMs",
+                     [.text(device.rawValue), .integer(fromMs), .integer(toMs)]) { try StoredPoint.stored($0.data(0)) }
     }
 
     /// A session's points, oldest first.
