@@ -107,8 +107,10 @@ public enum FenceScore {
             let end = t.exitMs.map { $0 + 30_000 } ?? .max
             let overlapping = reported.filter { $0.fence == t.fence && $0.enterMs <= end && ($0.exitMs ?? .max) >= t.enterMs - 30_000 }
             if verbose, let r = overlapping.first, abs(r.enterMs - t.enterMs) > 5_000 || abs((r.exitMs ?? 0) - (t.exitMs ?? 0)) > 5_000 {
-                print("true \(t.fence) \(t.enterMs % 10_000_000 / 1000)…\((t.exitMs ?? 0) % 10_000_000 / 1000); reported",
-                      overlapping.map { "\($0.enterMs % 10_000_000 / 1000)…\(($0.exitMs ?? 0) % 10_000_000 / 1000)" })
+                // Seconds since the recording's start: true visit, then what was reported.
+                func s(_ ms: Int64?) -> String { ms.map { String(($0 - (fixTimes.first ?? 0)) / 1000) } ?? "end" }
+                print("  off by over 5 s: \(t.fence) true \(s(t.enterMs))…\(s(t.exitMs)) s, reported",
+                      overlapping.map { "\(s($0.enterMs))…\(s($0.exitMs))" })
             }
             guard overlapping.count == 1, let r = overlapping.first else { continue }
             matched += 1
