@@ -248,3 +248,22 @@ import Testing
         #expect(old?.rules.stopTimeoutMs == 120_000)
     }
 }
+
+extension MotionHostTests {
+    /// History is kept for `historyRetentionDays` of the device's own time, then trimmed.
+    @Test func historyOlderThanItsRetentionIsTrimmed() throws {
+        let motion = try host(["historyRetentionDays": .number(1)])
+        addFence(motion, "depot", x: 500, radius: 150)
+        drive(motion)
+        #expect(motion.commit())
+        #expect(crossings().count == 2)
+        // Two days later the device drives on; its 512th point trims what is older than a day.
+        for seq in Int64(300)...512 { motion.receive(point(seq, t: 2 * 86_400 + Double(seq), x: 5_000 + Double(seq) * 10, speed: 10)) }
+        #expect(motion.commit())
+        motion.receive(command("getGeofenceEvents"))
+        #expect(motion.commit())
+        let message = try #require(bus.waitForMessage { $0.topic == "tracker/van1/reply/getGeofenceEvents" })
+        let history = try JSONDecoder().decode(CommandReply.self, from: Data(message.payload))
+        #expect(history.result?.arrayValue?.isEmpty == true, "\(String(describing: history.result))")
+    }
+}

@@ -72,6 +72,8 @@ final class MotionHandler {
         }
         heartbeatIfDue(until: point.timeMs, work)
         try updateTimer(work)
+        // History is kept for `historyRetentionDays` in the points' own time (a replay is not purged on arrival).
+        if point.seq % 512 == 0 { try store.trimHistory(work.device, before: point.timeMs - settings.historyRetentionMs) }
         work.processed()
         work.lag(work.nowMs - point.timeMs)
     }

@@ -19,6 +19,8 @@ struct MotionSettings {
     var maxRadiusM: Double
     var maxRoutePoints: Int
     var retentionPerDevice: Int
+    /// Crossings, trips and stops older than this (before the device's newest point) are deleted.
+    var historyRetentionMs: Int64
 
     init(_ reader: SettingsReader) throws {
         var rules = MotionRules()
@@ -55,5 +57,6 @@ struct MotionSettings {
         maxRadiusM = try reader.double("maxGeofenceRadiusM", default: 100_000, in: 1...1_000_000)
         maxRoutePoints = try reader.int("maxRoutePoints", default: 10_000, in: 2...1_000_000)
         retentionPerDevice = try reader.int("retentionPerDevice", default: 10_000, in: 100...10_000_000)
+        historyRetentionMs = Int64(try reader.double("historyRetentionDays", default: 90, in: 1...3_650) * 86_400_000)
     }
 }

@@ -23,6 +23,7 @@ final class MotionStore {
                 device TEXT NOT NULL, fence TEXT NOT NULL, fleet INTEGER NOT NULL, timeMs INTEGER NOT NULL, body TEXT NOT NULL
             );
             CREATE INDEX crossings_by_device ON crossings(device, fence);
+            CREATE INDEX crossings_by_time ON crossings(device, timeMs);
             CREATE INDEX crossings_by_fleet_fence ON crossings(fleet, fence);
             CREATE TABLE trips (device TEXT NOT NULL, startMs INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (device, startMs));
             CREATE TABLE stops (device TEXT NOT NULL, arrivalMs INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (device, arrivalMs));
@@ -92,6 +93,13 @@ final class MotionStore {
     func record(_ stop: Stop, device: DeviceID) throws {
         try db.run("INSERT OR REPLACE INTO stops (device, arrivalMs, body) VALUES (?, ?, ?)",
                    .text(device.rawValue), .integer(stop.arrivalMs), .json(JSONCoding.encode(StopReport(stop))))
+    }
+
+    /// Deletes the device's history (crossings, trips, stops) from before `timeMs`.
+    func trimHistory(_ device: DeviceID, before timeMs: Int64) throws {
+        try db.run("DELETE FROM crossings WHERE device = ? AND timeMs < ?", .text(device.rawValue), .integer(timeMs))
+        try db.run("DELETE FROM trips WHERE device = ? AND startMs < ?", .text(device.rawValue), .integer(timeMs))
+        try db.run("DELETE FROM stops WHERE device = ? AND arrivalMs < ?", .text(device.rawValue), .integer(timeMs))
     }
 
     // MARK: Routes and timers
