@@ -236,6 +236,10 @@ enum EventText {
         case .tripEnded(let t): detail = String(format: "%.0f m in %.0f s", t.distanceM, t.durationSec ?? 0)
         case .stopEnded(let s): detail = String(format: "%.0f s at %.6f,%.6f", s.durationSec ?? 0, s.latitude, s.longitude)
         case .offRoute(_, let d), .onRoute(_, let d): detail = String(format: "%.0f m from the route", d)
+        case .httpResponse(let status, let count): detail = "\(status.map(String.init) ?? "no answer"), \(count) point(s)"
+        case .uploaded(let count): detail = "\(count) point(s)"
+        case .retryScheduled(let after, let reason): detail = String(format: "in %.1f s: %@", after, reason as NSString)
+        case .authExpired: detail = "uploads stopped until new credentials (configureSync)"
         case .other(_, let fields): detail = JSONCoding.string(JSONValue.object(fields))
         }
         return "\(stamp) \(e.device) \(e.type) \(detail)"

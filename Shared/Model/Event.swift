@@ -29,6 +29,11 @@ public struct Event: Codable, Sendable, Equatable {
         case stopEnded(Stop)
         case offRoute(point: TrackPoint?, distanceM: Double)
         case onRoute(point: TrackPoint?, distanceM: Double)
+        /// One per exchange with the customer's endpoint; no status when no server answered.
+        case httpResponse(statusCode: Int?, count: Int)
+        case uploaded(count: Int)
+        case retryScheduled(afterSec: Double, reason: String)
+        case authExpired
         /// A type this build does not model; its fields are kept as they came.
         case other(type: String, fields: [String: JSONValue])
     }
@@ -57,6 +62,10 @@ public struct Event: Codable, Sendable, Equatable {
         case .stopEnded: "stopEnded"
         case .offRoute: "offRoute"
         case .onRoute: "onRoute"
+        case .httpResponse: "httpResponse"
+        case .uploaded: "uploaded"
+        case .retryScheduled: "retryScheduled"
+        case .authExpired: "authExpired"
         case .other(let type, _): type
         }
     }
@@ -64,6 +73,7 @@ public struct Event: Codable, Sendable, Equatable {
     private enum Key: String, CodingKey {
         case type, device, timeMs, point, decision, session, durationSec, distanceMeters, code, message
         case state, activity, confidence, fence, id, fleet, crossing, trip, stop, distanceM
+        case statusCode, count, afterSec, reason
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -98,6 +108,14 @@ public struct Event: Codable, Sendable, Equatable {
         case .offRoute(let point, let distance), .onRoute(let point, let distance):
             try c.encodeIfPresent(point, forKey: .point)
             try c.encode(distance, forKey: .distanceM)
+        case .httpResponse(let status, let count):
+            try c.encodeIfPresent(status, forKey: .statusCode)
+            try c.encode(count, forKey: .count)
+        case .uploaded(let count): try c.encode(count, forKey: .count)
+        case .retryScheduled(let after, let reason):
+            try c.encode(after, forKey: .afterSec)
+            try c.encode(reason, forKey: .reason)
+        case .authExpired: break
         case .other(_, let fields):
             var any = encoder.container(keyedBy: AnyKey.self)
             for (k, v) in fields where !["type", "device", "timeMs"].contains(k) {
@@ -139,6 +157,12 @@ public struct Event: Codable, Sendable, Equatable {
             body = .geofence(crossing)
         case "tripEnded": body = .tripEnded(try c.decode(Trip.self, forKey: .trip))
         case "stopEnded": body = .stopEnded(try c.decode(Stop.self, forKey: .stop))
+        case "httpResponse":
+            body = .httpResponse(statusCode: try c.decodeIfPresent(Int.self, forKey: .statusCode), count: try c.decode(Int.self, forKey: .count))
+        case "uploaded": body = .uploaded(count: try c.decode(Int.self, forKey: .count))
+        case "retryScheduled":
+            body = .retryScheduled(afterSec: try c.decode(Double.self, forKey: .afterSec), reason: try c.decode(String.self, forKey: .reason))
+        case "authExpired": body = .authExpired
         case "offRoute", "onRoute":
             let point = try c.decodeIfPresent(TrackPoint.self, forKey: .point), distance = try c.decode(Double.self, forKey: .distanceM)
             body = type == "offRoute" ? .offRoute(point: point, distanceM: distance) : .onRoute(point: point, distanceM: distance)

@@ -304,6 +304,19 @@ extension Event: JSONWritable {
             w.field("device", device)
             w.field("distanceM", distance)
             w.field("point", point)
+        case .httpResponse(let status, let count):
+            w.field("count", Int64(count))
+            w.field("device", device)
+            w.field("statusCode", status.map(Int64.init))
+        case .uploaded(let count):
+            w.field("count", Int64(count))
+            w.field("device", device)
+        case .retryScheduled(let after, let reason):
+            w.field("afterSec", after)
+            w.field("device", device)
+            w.field("reason", reason)
+        case .authExpired:
+            w.field("device", device)
         }
         w.field("timeMs", timeMs)
         w.field("type", type)

@@ -58,6 +58,11 @@ import Testing
             .stopEnded(Stop(arrivalMs: 1, departureMs: 90_001, latitude: 1, longitude: 2)),
             .offRoute(point: point, distanceM: 120),
             .onRoute(point: nil, distanceM: 3),
+            .httpResponse(statusCode: 503, count: 200),
+            .httpResponse(statusCode: nil, count: 1),
+            .uploaded(count: 200),
+            .retryScheduled(afterSec: 2.5, reason: "HTTP 503"),
+            .authExpired,
             .other(type: "parcelDelivered", fields: ["crossing": .object(["geofenceID": .string("home"), "n": .number(2.5),
                                                                         "ok": .bool(true), "list": .array([.null, .number(-1)])])]),
         ]
