@@ -36,12 +36,25 @@ public struct Routes<Row> {
     /// Called when a batch is rolled back: a service that keeps anything of
     /// the store in memory besides the rows drops it here.
     public var batchAbandoned: (() -> Void)?
+    /// A service's own worker beside the host (the uploader's HTTP loop):
+    /// started with the host's bus and health counters, stopped at close.
+    public var worker: ServiceWorker?
 
     public init(inputs: [InputRoute<Row>], commands: [CommandRoute<Row>], outbox: OutboxRoute? = nil,
                 retention: [LogRetention] = [], sweep: SweepRoute<Row>? = nil, answersUnknownCommands: Bool = false,
-                batchAbandoned: (() -> Void)? = nil) {
+                batchAbandoned: (() -> Void)? = nil, worker: ServiceWorker? = nil) {
         self.inputs = inputs; self.commands = commands; self.outbox = outbox; self.retention = retention
         self.sweep = sweep; self.answersUnknownCommands = answersUnknownCommands; self.batchAbandoned = batchAbandoned
+        self.worker = worker
+    }
+}
+
+/// Work a service does off the network thread, for the life of the host.
+public struct ServiceWorker {
+    public var start: (_ bus: any MessageBus, _ counters: HealthCounters) -> Void
+    public var stop: () -> Void
+    public init(start: @escaping (any MessageBus, HealthCounters) -> Void, stop: @escaping () -> Void) {
+        self.start = start; self.stop = stop
     }
 }
 

@@ -109,6 +109,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard Set(commands.keys) == owned else {
             throw ConfigError("commands", "\(name) answers \(commands.keys.sorted()) but the catalogue lists \(owned.sorted())")
         }
+        routes.worker?.start(bus, counters)
     }
 
     /// What to subscribe to: every input, and the commands (all names, for the
@@ -471,6 +472,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// Graceful stop, after the network thread ended: save the watermarks,
     /// and checkpoint so the `.sqlite` file alone holds everything.
     public func close() {
+        routes.worker?.stop()
         queries.finish()
         openBatchIfNeeded()
         do { try saveWatermarks() } catch { logger.error("cannot save the outbox watermarks", ["error": "\(error)"]) }

@@ -1,0 +1,205 @@
+import Bus
+import Foundation
+import Logging
+import Model
+import Runtime
+import Store
+import Synchronization
+import UploaderCore
+
+/// What `syncNow` answers.
+enum SyncOutcome: Equatable, Encodable {
+    case uploaded(Int), empty, retry(String), authExpired, notConfigured
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.singleValueContainer()
+        switch self {
+        case .uploaded(let n): try c.encode(["outcome": .string("uploaded"), "count": JSONValue.number(Double(n))] as [String: JSONValue])
+        case .empty: try c.encode(["outcome": "empty"])
+        case .retry(let reason): try c.encode(["outcome": "retry", "reason": reason])
+        case .authExpired: try c.encode(["outcome": "authExpired"])
+        case .notConfigured: try c.encode(["outcome": "notConfigured"])
+        }
+    }
+}
+
+/// The upload loop, on its own thread and store connection: the oldest
+/// waiting batch goes out, and its verdict decides (delete, retry later,
+/// stop for new credentials, or park it so the rest flows). The host keeps
+/// enqueueing meanwhile; nothing here blocks a message.
+final class UploadWorker: @unchecked Sendable {
+    // @unchecked: `store` and the loop's own fields are touched on the loop's thread only; the rest is in `state`.
+    private let path: String
+    private let transport: any HTTPTransport
+    private let clock: any WallClock
+    private let random: @Sendable () -> Double
+    private let logger: Logger
+    private let topics: Topics
+    private var store: UploaderStore?
+    private var bus: (any MessageBus)?
+    private var counters: HealthCounters?
+    private let wakeUp = DispatchSemaphore(value: 0)
+    private let finished = DispatchSemaphore(value: 0)
+
+    private struct State {
+        var stopping = false
+        var forced = false
+        var waiters: [CheckedContinuationBox] = []
+        var waiting = 0
+    }
+    private let state = Mutex(State())
+
+    /// Retry bookkeeping (loop thread only).
+    private var attempt = 0
+    private var nextAttemptMs: Int64 = 0
+
+    init(path: String, topics: Topics, transport: any HTTPTransport, clock: any WallClock, logger: Logger,
+         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
+        self.path = path; self.topics = topics; self.transport = transport; self.clock = clock; self.logger = logger; self.random = random
+    }
+
+    func start(bus: any MessageBus, counters: HealthCounters) {
+        self.bus = bus
+        self.counters = counters
+        counters.queueDepth { [weak self] in Int64(self?.state.withLock { $0.waiting } ?? 0) }
+        let thread = Thread { [self] in run() }
+        thread.name = "uploader"
+        thread.start()
+    }
+
+    func stop() {
+        state.withLock { $0.stopping = true }
+        wakeUp.signal()
+        _ = finished.wait(timeout: .now() + 10)
+    }
+
+    /// New points or a new config: look again now.
+    func wake() { wakeUp.signal() }
+
+    /// `syncNow`: an attempt now, whatever autoSync and the backoff say;
+    /// requests that arrive meanwhile share its outcome.
+    func syncNow(timeout: Duration) -> SyncOutcome? {
+        let box = CheckedContinuationBox()
+        state.withLock { $0.forced = true; $0.waiters.append(box) }
+        wakeUp.signal()
+        return box.wait(timeout: timeout)
+    }
+
+    // MARK: The loop
+
+    private func run() {
+        defer { finished.signal() }
+        do { store = UploaderStore(db: try Database(path: path)) } catch {
+            logger.error("the upload queue cannot be opened", ["error": "\(error)"])
+            return
+        }
+        while !state.withLock({ $0.stopping }) {
+            let forced = state.withLock { s in defer { s.forced = false }; return s.forced }
+            let pause: Int64
+            do { pause = try pass(forced: forced) } catch {
+                logger.error("upload pass failed; trying again", ["error": "\(error)"])
+                pause = 1_000
+            }
+            if pause > 0 { _ = wakeUp.wait(timeout: .now() + .milliseconds(Int(min(pause, 1_000)))) }
+        }
+    }
+
+    /// One look at the queue; returns how long to wait before the next (ms).
+    private func pass(forced: Bool) throws -> Int64 {
+        guard let store else { return 1_000 }
+        let config = try store.config()
+        // The caps hold with or without a config (its defaults until one comes).
+        let caps = config ?? SyncConfig(url: "http://unset")
+        let dropped = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000))
+        if dropped > 0 {
+            publish(.diagnostic(code: "queueCapped", message: "\(dropped) queued point(s) dropped: the queue holds at most "
+                                + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
+        }
+        let waiting = try store.waiting()
+        state.withLock { $0.waiting = waiting }
+        guard let config else { resolve(.notConfigured); return 1_000 }
+        if try store.authExpired() { resolve(.authExpired); return 1_000 }
+        let nowMs = clock.nowMs()
+        if !forced {
+            guard config.autoSync, waiting >= config.autoSyncThreshold else { return 1_000 }
+            guard nowMs >= nextAttemptMs else { return nextAttemptMs - nowMs }
+        }
+        let batch = try store.batch(limit: config.batchSize)
+        guard !batch.isEmpty else { resolve(.empty); return 1_000 }
+        let rules = DeliveryRules(config)
+        var delivered: [Int64] = []
+        var verdict = Verdict.delivered
+        // OsmAnd sends a request per point: stop at the first that does not go through.
+        let requests = Requests.make(batch.map(\.point), config: config)
+        let perRequest = config.format == .osmand ? 1 : batch.count
+        for (i, request) in requests.enumerated() {
+            let exchange = transport.send(request, timeoutMs: config.httpTimeoutMs)
+            publish(.httpResponse(statusCode: exchange.statusCode, count: perRequest))
+            verdict = rules.verdict(exchange, attempt: attempt, jitter: random(), nowMs: clock.nowMs())
+            guard verdict == .delivered else { break }
+            delivered += batch[(i * perRequest)..<min(batch.count, (i + 1) * perRequest)].map(\.id)
+        }
+        if !delivered.isEmpty {
+            try store.delete(delivered)
+            publish(.uploaded(count: delivered.count))
+        }
+        switch verdict {
+        case .delivered:
+            attempt = 0
+            resolve(.uploaded(delivered.count))
+            return 0  // more may be waiting
+        case .retry(let afterMs, let reason):
+            attempt += 1
+            nextAttemptMs = clock.nowMs() + afterMs
+            publish(.retryScheduled(afterSec: Double(afterMs) / 1000, reason: reason))
+            resolve(delivered.isEmpty ? .retry(reason) : .uploaded(delivered.count))
+            return afterMs
+        case .authExpired:
+            try store.setAuthExpired()
+            publish(.authExpired)
+            logger.warning("the endpoint refused the credentials (401): uploads stop until configureSync")
+            if config.stopTrackingOnAuthExpiry {
+                for device in Set(batch.map(\.point.device)) {
+                    try? bus?.publish(MQTTMessage(topic: topics.command(device, "stop"), string: #"{"id":"uploader:authExpired"}"#), acknowledged: nil)
+                }
+            }
+            resolve(.authExpired)
+            return 1_000
+        case .parked(let reason):
+            let undelivered = batch.map(\.id).filter { !delivered.contains($0) }
+            try store.park(config.format == .osmand ? Array(undelivered.prefix(1)) : undelivered)
+            publish(.diagnostic(code: "batchParked", message: "\(reason); \(config.format == .osmand ? 1 : undelivered.count) point(s) set aside, the rest goes on"))
+            attempt = 0
+            // A `syncNow` waiting for this attempt gets the next batch's outcome instead.
+            if forced { state.withLock { $0.forced = true } }
+            return 0
+        }
+    }
+
+    private func publish(_ body: Event.Body) {
+        let event = Event(device: .fleet, timeMs: clock.nowMs(), body)
+        try? bus?.publish(MQTTMessage(topic: topics.events(.fleet), payload: Array(JSONCoding.encode(event.bounded))), acknowledged: nil)
+    }
+
+    private func resolve(_ outcome: SyncOutcome) {
+        let waiters = state.withLock { s in defer { s.waiters.removeAll() }; return s.waiters }
+        waiters.forEach { $0.resume(outcome) }
+    }
+}
+
+/// A blocking rendezvous for `syncNow` (the query worker's thread waits on it).
+final class CheckedContinuationBox: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var outcome: SyncOutcome?
+
+    func resume(_ outcome: SyncOutcome) {
+        lock.withLock { self.outcome = outcome }
+        done.signal()
+    }
+
+    func wait(timeout: Duration) -> SyncOutcome? {
+        guard done.wait(timeout: .now() + .milliseconds(Int(timeout.milliseconds))) == .success else { return nil }
+        return lock.withLock { outcome }
+    }
+}

@@ -1,0 +1,73 @@
+import Bus
+import Foundation
+import Logging
+import Model
+import Runtime
+import Store
+import UploaderCore
+
+struct UploaderSettings {
+    /// How long `syncNow` waits for the attempt it asked for.
+    var syncNowTimeoutMs: Int
+    init(_ reader: SettingsReader) throws {
+        syncNowTimeoutMs = try reader.int("syncNowTimeoutSec", default: 60, in: 1...3_600) * 1000
+    }
+}
+
+/// Queues every accepted point durably and delivers it to the customer's
+/// endpoint: the uploader's table for the host, its HTTP loop beside it.
+enum UploaderService {
+    struct Row: Codable {}
+
+    static func definition(_ settings: UploaderSettings, topics: Topics, clock: any WallClock, logger: Logger,
+                           transport: any HTTPTransport = URLSessionTransport()) -> ServiceDefinition<Row> {
+        ServiceDefinition(name: "uploader", migrations: UploaderStore.migrations, rows: .json(fresh: { Row() })) { db in
+            let store = UploaderStore(db: db)
+            let worker = UploadWorker(path: db.path, topics: topics, transport: transport, clock: clock, logger: logger)
+            return Routes(
+                inputs: [
+                    .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
+                        // In the batch that records the point's seq: queued exactly once.
+                        try store.enqueue(message)
+                        work.processed()
+                        worker.wake()
+                    },
+                ],
+                commands: [
+                    CommandRoute("configureSync", scope: .fleet) { command, _ in
+                        try configure(command, store: store, worker: worker)
+                    },
+                    .query("syncNow", scope: .fleet) { _, _ in
+                        guard let outcome = worker.syncNow(timeout: .milliseconds(Int64(settings.syncNowTimeoutMs))) else {
+                            throw CommandError(.busy, "no outcome within \(settings.syncNowTimeoutMs / 1000) s; the attempt goes on")
+                        }
+                        if outcome == .notConfigured { throw CommandError(.notReady, "no sync config: send configureSync with at least a url") }
+                        return .value(outcome)
+                    },
+                ],
+                worker: ServiceWorker(start: { bus, counters in worker.start(bus: bus, counters: counters) }, stop: { worker.stop() }))
+        }
+    }
+
+    /// `configureSync {url?, headers?, …}`: merged over the config in force,
+    /// checked, stored; replies with the config, secrets masked.
+    private static func configure(_ command: IncomingCommand, store: UploaderStore, worker: UploadWorker) throws -> SyncConfig {
+        guard case .object(let changes) = command.request.args ?? .object([:]) else {
+            throw CommandError(.badInput, "args must be an object of SyncConfig keys")
+        }
+        var merged: [String: JSONValue] = [:]
+        if let current = try store.config(), case .object(let fields) = try JSONValue(encoding: current) { merged = fields }
+        for (key, value) in changes { merged[key] = value }
+        let config: SyncConfig
+        do {
+            config = try JSONValue.object(merged).decode(SyncConfig.self).validated()
+        } catch let error as SyncConfigError {
+            throw CommandError(.invalidConfig, error.description)
+        } catch let error as DecodingError {
+            throw CommandError(.invalidConfig, DecodingErrorText.describe(error, root: "args"))
+        }
+        try store.save(config)
+        worker.wake()
+        return config.masked
+    }
+}

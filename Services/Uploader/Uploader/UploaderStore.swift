@@ -1,0 +1,87 @@
+import Foundation
+import Model
+import Runtime
+import Store
+import UploaderCore
+
+/// The durable upload queue and the sync config, on the host's store (the
+/// host enqueues in the batch that records the point's seq) and read by the
+/// upload worker through its own connection.
+final class UploaderStore {
+    let db: Database
+
+    static let migrations: [(name: String, sql: String)] = [
+        ("1-uploader", """
+            CREATE TABLE queue (
+                id INTEGER PRIMARY KEY AUTOINCREMENT, device TEXT NOT NULL, epoch TEXT NOT NULL, seq INTEGER NOT NULL,
+                timeMs INTEGER NOT NULL, body TEXT NOT NULL, parked INTEGER NOT NULL DEFAULT 0, UNIQUE (device, epoch, seq)
+            );
+            CREATE INDEX queue_waiting ON queue(parked, id);
+            CREATE TABLE sync (id INTEGER PRIMARY KEY CHECK (id = 1), config TEXT, authExpired INTEGER NOT NULL DEFAULT 0);
+            INSERT INTO sync (id) VALUES (1);
+            """),
+    ]
+
+    init(db: Database) { self.db = db }
+
+    /// Once per `(device, epoch, seq)`: a redelivered point is not queued twice.
+    func enqueue(_ message: PointMessage) throws {
+        try db.statement("INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body) VALUES (?, ?, ?, ?, ?)").bindAndRun([
+            .text(message.device.rawValue), .text(message.epoch ?? ""), .integer(message.point.seq), .integer(message.point.timeMs),
+            .utf8(Array(JSONCoding.encode(message.point)))])
+    }
+
+    func config() throws -> SyncConfig? {
+        try db.first("SELECT config FROM sync WHERE id = 1 AND config IS NOT NULL") { try JSONCoding.decoder.decode(SyncConfig.self, from: $0.data(0)) }
+    }
+
+    /// A new config also lifts an auth expiry: new credentials are the way back.
+    func save(_ config: SyncConfig) throws {
+        try db.run("UPDATE sync SET config = ?, authExpired = 0 WHERE id = 1", .json(JSONCoding.encode(config)))
+    }
+
+    func authExpired() throws -> Bool { try db.first("SELECT authExpired FROM sync WHERE id = 1") { $0.int(0) != 0 } ?? false }
+    func setAuthExpired() throws { try db.run("UPDATE sync SET authExpired = 1 WHERE id = 1") }
+
+    /// The oldest waiting points, at most `limit`.
+    func batch(limit: Int) throws -> [(id: Int64, point: QueuedPoint)] {
+        try db.query("SELECT id, device, body FROM queue WHERE parked = 0 ORDER BY id LIMIT ?", [.int(limit)]) { row in
+            guard let device = DeviceID(row.string(1)) else { throw StoreError(code: 0, message: "bad device in queue", sql: nil) }
+            return (row.int64(0), QueuedPoint(device: device, point: try JSONCoding.decoder.decode(TrackPoint.self, from: row.data(2))))
+        }
+    }
+
+    func delete(_ ids: [Int64]) throws {
+        try db.transaction { for id in ids { try db.run("DELETE FROM queue WHERE id = ?", .integer(id)) } }
+    }
+
+    func park(_ ids: [Int64]) throws {
+        try db.transaction { for id in ids { try db.run("UPDATE queue SET parked = 1 WHERE id = ?", .integer(id)) } }
+    }
+
+    /// Holds the queue to its caps: at most `maxRecords` waiting, none older
+    /// than `maxAgeMs` before the newest. Returns how many were dropped.
+    func cap(maxRecords: Int, maxAgeMs: Int64) throws -> Int {
+        var dropped = 0
+        if let newest = try db.first("SELECT max(timeMs) FROM queue", [], map: { $0.optionalInt64(0) }) ?? nil {
+            try db.run("DELETE FROM queue WHERE timeMs < ?", .integer(newest - maxAgeMs))
+            dropped += db.changes
+        }
+        let surplus = try waiting() - maxRecords
+        if surplus > 0 {
+            try db.run("DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)", .integer(Int64(surplus)))
+            dropped += db.changes
+        }
+        return dropped
+    }
+
+    func waiting() throws -> Int { try db.first("SELECT count(*) FROM queue WHERE parked = 0") { $0.int(0) } ?? 0 }
+    func oldestWaitingMs() throws -> Int64? { try db.first("SELECT min(timeMs) FROM queue WHERE parked = 0") { $0.optionalInt64(0) } ?? nil }
+}
+
+extension Statement {
+    func bindAndRun(_ values: [SQLValue]) throws {
+        try bind(values)
+        try runToEnd()
+    }
+}

@@ -1,0 +1,138 @@
+import Bus
+import Foundation
+import Logging
+import Model
+@testable import Runtime
+import Synchronization
+import TestSupport
+import Testing
+@testable import Uploader
+import UploaderCore
+
+/// A transport that answers what the test scripted and keeps what it was sent.
+final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
+    private let state = Mutex<(answers: [Exchange], sent: [UploadRequest])>(([], []))
+    func script(_ answers: Exchange...) { state.withLock { $0.answers += answers } }
+    var sent: [UploadRequest] { state.withLock { $0.sent } }
+    func send(_ request: UploadRequest, timeoutMs: Int) -> Exchange {
+        state.withLock { s in
+            s.sent.append(request)
+            return s.answers.isEmpty ? Exchange(failure: "nothing scripted") : s.answers.removeFirst()
+        }
+    }
+}
+
+/// The uploader on the host, its worker real, its HTTP scripted; `autoSync`
+/// off so every attempt is the test's own `syncNow`.
+@Suite(.serialized) struct UploaderHostTests {
+    let bus = RecordingBus()
+    let clock = ManualClock()
+    let transport = ScriptedTransport()
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("up-\(UUID().uuidString).sqlite").path
+
+    func host() throws -> ServiceHost<UploaderService.Row> {
+        try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: ["syncNowTimeoutSec": .number(10)], source: "test")),
+                                                   topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off), transport: transport),
+                        databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                        counters: HealthCounters(), clock: clock)
+    }
+
+    func point(_ seq: Int64, device: String = "van1", epoch: String = "f") -> MQTTMessage {
+        let p = TrackPoint(seq: seq, sessionID: "s", timeMs: 1_800_000_000_000 + seq * 1000, latitude: 48.1, longitude: 11.5, accuracyM: 5, odometerM: 0)
+        return MQTTMessage(topic: "tracker/\(device)/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID(device)!, point: p, epoch: epoch))))
+    }
+
+    func command(_ uploader: ServiceHost<UploaderService.Row>, _ name: String, _ args: String = "{}") throws -> CommandReply {
+        bus.clear()
+        uploader.receive(MQTTMessage(topic: "tracker/_fleet/cmd/\(name)", string: #"{"id":"r","args":\#(args)}"#))
+        #expect(uploader.commit())
+        let message = try #require(bus.waitForMessage(timeout: .seconds(15)) { $0.topic == "tracker/_fleet/reply/\(name)" })
+        return try JSONDecoder().decode(CommandReply.self, from: Data(message.payload))
+    }
+
+    func events() -> [String] {
+        bus.messages.filter { $0.topic == "tracker/_fleet/events" }.compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)).type }
+    }
+
+    @Test func everyAnswerDoesWhatItShould() throws {
+        let uploader = try host()
+        defer { uploader.close() }
+        #expect(try command(uploader, "syncNow").code == "notReady")
+        let configured = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","headers":{"Authorization":"Bearer s3cret"},"autoSync":false,"batchSize":3}"#)
+        #expect(configured.ok && configured.result?["headers"]?["Authorization"]?.stringValue == "***")
+        #expect(try command(uploader, "configureSync", #"{"batchSize":0}"#).code == "invalidConfig")
+        for seq in Int64(1)...5 { uploader.receive(point(seq)) }
+        uploader.receive(point(2))  // redelivered: queued once
+        #expect(uploader.commit())
+
+        transport.script(Exchange(statusCode: 500))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "retry")
+        #expect(events().contains("retryScheduled") && events().contains("httpResponse"))
+        transport.script(Exchange(statusCode: 200), Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result == .object(["outcome": .string("uploaded"), "count": .number(3)]))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(2))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "empty")
+        // The same first batch twice (the retry), then the rest: five points, each once delivered.
+        let bodies = transport.sent.compactMap { $0.body }.map { try? JSONSerialization.jsonObject(with: Data($0)) as? [String: Any] }
+        let seqs = bodies.compactMap { ($0?["points"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int } }
+        #expect(seqs == [[1, 2, 3], [1, 2, 3], [4, 5]])
+        #expect(transport.sent[0].headers["Idempotency-Key"] == transport.sent[1].headers["Idempotency-Key"])
+        #expect(transport.sent[0].headers["Authorization"] == "Bearer s3cret")
+
+        // 401: stop, keep the queue, say so once; new credentials bring it back.
+        for seq in Int64(6)...7 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 401))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "authExpired")
+        let sentBefore = transport.sent.count
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "authExpired")
+        #expect(transport.sent.count == sentBefore)  // nothing sent while expired
+        _ = try command(uploader, "configureSync", #"{"headers":{"Authorization":"Bearer new"}}"#)
+        transport.script(Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(2))
+        #expect(transport.sent.last?.headers["Authorization"] == "Bearer new")
+
+        // 429 with Retry-After: the wait it asks; 400: that batch set aside, the next flows.
+        for seq in Int64(8)...13 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 429, retryAfter: "120"))
+        #expect(try command(uploader, "syncNow").result?["reason"]?.stringValue == "HTTP 429, Retry-After 120")
+        #expect(bus.messages.contains { $0.topic == "tracker/_fleet/events" && $0.string.contains(#""afterSec":120"#) })
+        transport.script(Exchange(statusCode: 400), Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(3))
+        #expect(events().contains("diagnostic"))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "empty")
+    }
+
+    @Test func theQueueSurvivesARestart() throws {
+        do {
+            let uploader = try host()
+            _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false}"#)
+            for seq in Int64(1)...4 { uploader.receive(point(seq)) }
+            #expect(uploader.commit())
+            uploader.close()
+        }
+        let restarted = try host()
+        defer { restarted.close() }
+        transport.script(Exchange(statusCode: 204))
+        #expect(try command(restarted, "syncNow").result?["count"] == .number(4))
+    }
+}
+
+extension UploaderHostTests {
+    @Test func theQueueIsHeldToItsCapsLoudly() throws {
+        let uploader = try host()
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"maxRecordsToPersist":100,"batchSize":500}"#)
+        for seq in Int64(1)...150 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        // The worker looks at the queue as points arrive: over the cap, the oldest go, and it says so.
+        let capped = bus.waitForMessage(timeout: .seconds(15)) { $0.string.contains("queueCapped") }
+        #expect(capped?.string.contains("50 queued point") == true)
+        transport.script(Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(100))
+        // The newest 100 were kept.
+        let body = try JSONSerialization.jsonObject(with: Data(transport.sent.last?.body ?? [])) as? [String: Any]
+        #expect((body?["points"] as? [[String: Any]])?.first?["seq"] as? Int == 51)
+    }
+}
