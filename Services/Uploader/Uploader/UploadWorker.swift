@@ -89,7 +89,13 @@ final class UploadWorker: @unchecked Sendable {
 
     private func run() {
         defer { finished.signal() }
-        do { store = UploaderStore(db: try Database(path: path)) } catch {
+        do {
+            let store = UploaderStore(db: try Database(path: path))
+            self.store = store
+            // Health's queueDepth is true from the start, not 0 until the first pass.
+            let waiting = try store.waiting()
+            state.withLock { $0.waiting = waiting }
+        } catch {
             logger.error("the upload queue cannot be opened", ["error": "\(error)"])
             return
         }
