@@ -103,7 +103,7 @@ public func freePort() throws -> Int32 {
 }
 
 /// Polls a TCP connect until it succeeds or the timeout passes.
-func waitForPort(_ port: Int32, timeout: Double) -> Bool {
+public func waitForPort(_ port: Int32, timeout: Double) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

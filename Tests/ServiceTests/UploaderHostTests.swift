@@ -136,3 +136,46 @@ extension UploaderHostTests {
         #expect((body?["points"] as? [[String: Any]])?.first?["seq"] as? Int == 51)
     }
 }
+
+extension UploaderHostTests {
+    /// No server answering (refused, timed out) keeps the batch and backs off;
+    /// a 401 with `stopTrackingOnAuthExpiry` asks the gateway to stop each device's session.
+    @Test func noAnswerRetriesAndAuthExpiryCanStopTracking() throws {
+        let uploader = try host()
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"stopTrackingOnAuthExpiry":true}"#)
+        uploader.receive(point(1, device: "van1"))
+        uploader.receive(point(1, device: "van2"))
+        #expect(uploader.commit())
+        transport.script(Exchange(failure: "connection refused"), Exchange(failure: "timed out"))
+        #expect(try command(uploader, "syncNow").result?["reason"]?.stringValue == "connection refused")
+        #expect(bus.messages.contains { $0.string.contains("httpResponse") && !$0.string.contains("statusCode") })
+        #expect(try command(uploader, "syncNow").result?["reason"]?.stringValue == "timed out")
+        transport.script(Exchange(statusCode: 401))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "authExpired")
+        let stops = Set(bus.messages.filter { $0.topic.hasSuffix("/cmd/stop") }.map(\.topic))
+        #expect(stops == ["tracker/van1/cmd/stop", "tracker/van2/cmd/stop"])
+    }
+}
+
+extension UploaderHostTests {
+    /// The real transport against the scripted sink: an answer, a stall past
+    /// the timeout, a refused connection — each told apart, none a crash.
+    @Test func theRealTransportTellsAnswersStallsAndRefusals() throws {
+        let port = try freePort()
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("sink-\(UUID().uuidString).jsonl")
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("scripts/http-sink.py").path
+        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [script, "\(port)", out.path, "429:7", "slow:3"],
+                                    logFile: out.path + ".log")
+        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
+        let transport = URLSessionTransport()
+        let request = UploadRequest(method: "POST", url: "http://127.0.0.1:\(port)/p", headers: ["Content-Type": "application/json"], body: Array("{}".utf8))
+        #expect(waitForPort(port, timeout: 10), "the sink did not start listening")
+        #expect(transport.send(request, timeoutMs: 2_000) == Exchange(statusCode: 429, retryAfter: "7"))
+        let stalled = transport.send(request, timeoutMs: 500)
+        #expect(stalled.statusCode == nil && stalled.failure == "timed out", "\(stalled)")
+        let refused = transport.send(UploadRequest(method: "POST", url: "http://127.0.0.1:\(try freePort())/p", headers: [:], body: nil), timeoutMs: 2_000)
+        #expect(refused.statusCode == nil && refused.failure == "connection refused", "\(refused)")
+    }
+}

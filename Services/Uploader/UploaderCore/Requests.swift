@@ -14,6 +14,10 @@ public struct UploadRequest: Sendable, Equatable {
     public var url: String
     public var headers: [String: String]
     public var body: [UInt8]?
+
+    public init(method: String, url: String, headers: [String: String], body: [UInt8]?) {
+        self.method = method; self.url = url; self.headers = headers; self.body = body
+    }
 }
 
 public enum Requests {
