@@ -24,6 +24,8 @@ case "gateway-batched":
     print(String(format: "gateway, 10-fix batches: %.0f fix/s", try await Throughput.gatewayBatched(broker, count: count, batch: 10)))
 case "motion":
     try await MotionThroughput.run(count: count)
+case "uploader":
+    try await UploaderBench.run(count: count)
 case "track-service":
     try await MotionThroughput.run(count: count, service: "track")
 case "sweep":

@@ -1,0 +1,70 @@
+import Bus
+import Foundation
+import Model
+import Synchronization
+import TestSupport
+
+/// `tracker-bench uploader [N]`: points delivered per second to a local sink
+/// that answers at once (scripts/http-sink.py), against the filter's output
+/// rate and the uploader only queueing the same points, in the same run.
+enum UploaderBench {
+    static func run(count: Int) async throws {
+        let broker = try TestBroker()
+        let filterRate = try await Throughput.filter(broker, count: count)
+        let queued = try await measure(broker, count: count, upload: false)
+        let delivered = try await measure(broker, count: count, upload: true)
+        print(String(format: "filter output (verdicts):              %8.0f points/s", filterRate))
+        print(String(format: "uploader queueing only (autoSync off): %8.0f points/s", queued))
+        print(String(format: "uploader queueing and delivering:      %8.0f points/s  (%.2f of the filter's output; %.2f of queueing only)",
+                     delivered, delivered / filterRate, delivered / queued))
+    }
+
+    /// Points published until the uploader has them all: queued (health's
+    /// processed) or delivered (the sum of `uploaded` events).
+    static func measure(_ broker: TestBroker, count: Int, upload: Bool) async throws -> Double {
+        let port = try freePort()
+        let out = broker.directory.appendingPathComponent("sink-\(UUID().uuidString.prefix(6)).jsonl")
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("scripts/http-sink.py").path
+        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [script, "\(port)", out.path], logFile: out.path + ".log")
+        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
+        guard waitForPort(port, timeout: 10) else { throw TestSupportError("the sink did not start") }
+        let instance = "uploader-\(UUID().uuidString.prefix(6))"
+        let uploader = try ServiceHarness(executable: "tracker-uploader", broker: broker,
+                                          config: ["logLevel": "warning", "healthIntervalSec": 0.1, "instance": instance])
+        try uploader.start()
+        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_fleet/events", "tracker/_health/uploader"])
+        try await collector.wait(description: "uploader online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        let client = try await TestClient.connect(port: broker.port)
+        let reply = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+            "url": .string("http://127.0.0.1:\(port)/points"), "batchSize": .number(500), "autoSync": .bool(upload)]))
+        guard reply.ok else { throw TestSupportError("configureSync refused: \(reply)") }
+        let payloads = MotionThroughput.payloads(count)
+        let start = ContinuousClock.now
+        for p in payloads {
+            while client.inFlight > 1_000 { await Task.yield() }
+            try client.publish(MQTTMessage(topic: p.topic, payload: p.payload))
+        }
+        let total = Int64(payloads.count)
+        let tally = Mutex((scanned: 0, uploaded: Int64(0)))
+        try await collector.wait(timeout: 300, description: upload ? "every point uploaded" : "every point queued") { all in
+            tally.withLock { t in
+                for m in all[t.scanned...] {
+                    if upload, m.topic.hasSuffix("/events"), let event = try? JSONCoding.decoder.decode(Event.self, from: Data(m.payload)),
+                       case .uploaded(let n) = event.body { t.uploaded += Int64(n) }
+                    if !upload, m.topic.contains("_health"), let h = try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)) {
+                        t.uploaded = max(t.uploaded, h.processed)
+                    }
+                }
+                t.scanned = all.count
+                return t.uploaded >= total
+            }
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        Throughput.printCPU(uploader, messages: payloads.count)
+        await client.disconnect()
+        await collector.close()
+        try await Throughput.retire(uploader, id: instance, broker)
+        return Double(payloads.count) / seconds
+    }
+}
