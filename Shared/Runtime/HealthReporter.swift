@@ -29,6 +29,8 @@ public final class HealthCounters: Sendable {
     /// Reads the queue depth whenever health is published, instead of a set value.
     public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0.read = source } }
     public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
+    /// A figure that is set, not summed (the uploader's oldest queued point's age).
+    public func set(_ name: String, _ value: Int64?) { state.withLock { $0.extra[name] = value } }
     /// Sets (or, with nil, clears) the note health carries.
     public func note(_ text: String?) { state.withLock { $0.note = text } }
 

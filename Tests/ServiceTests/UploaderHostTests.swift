@@ -179,3 +179,23 @@ extension UploaderHostTests {
         #expect(refused.statusCode == nil && refused.failure == "connection refused", "\(refused)")
     }
 }
+
+extension UploaderHostTests {
+    @Test func healthSaysHowOldTheOldestQueuedPointIs() throws {
+        let counters = HealthCounters()
+        let uploader = try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: [:], source: "test")),
+                                                                  topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
+                                                                  transport: transport),
+                                       databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                                       counters: counters, clock: clock)
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false}"#)
+        uploader.receive(point(1))
+        #expect(uploader.commit())
+        // An hour later (the point is from 1 s after the clock's start), the pass that syncNow makes measures the queue.
+        clock.advance(by: .seconds(3_600))
+        _ = try command(uploader, "syncNow")
+        #expect(counters.snapshot().extra["oldestQueuedAgeMs"] == 3_599_000)
+        #expect(counters.snapshot().queueDepth == 1)
+    }
+}

@@ -123,6 +123,8 @@ final class UploadWorker: @unchecked Sendable {
         }
         let waiting = try store.waiting()
         state.withLock { $0.waiting = waiting }
+        // Health's `oldestQueuedAgeMs`: how far behind the customer's backend is (absent when nothing waits).
+        counters?.set("oldestQueuedAgeMs", try store.oldestWaitingMs().map { max(0, clock.nowMs() - $0) })
         guard let config else { resolve(.notConfigured); return 1_000 }
         if try store.authExpired() { resolve(.authExpired); return 1_000 }
         let nowMs = clock.nowMs()
