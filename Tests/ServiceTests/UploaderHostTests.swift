@@ -199,3 +199,31 @@ extension UploaderHostTests {
         #expect(counters.snapshot().queueDepth == 1)
     }
 }
+
+extension UploaderHostTests {
+    /// OsmAnd to a real server: one request per point, its fields in the query, as Traccar reads them.
+    @Test func osmandReachesARealServerOneRequestPerPoint() throws {
+        let port = try freePort()
+        let out = FileManager.default.temporaryDirectory.appendingPathComponent("osmand-\(UUID().uuidString).jsonl")
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("scripts/http-sink.py").path
+        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [script, "\(port)", out.path], logFile: out.path + ".log")
+        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
+        #expect(waitForPort(port, timeout: 10))
+        let uploader = try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: [:], source: "test")),
+                                                                  topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
+                                                                  transport: URLSessionTransport()),
+                                       databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                                       counters: HealthCounters(), clock: clock)
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"http://127.0.0.1:\#(port)/","format":"osmand","autoSync":false}"#)
+        for seq in Int64(1)...3 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(3))
+        let lines = try String(contentsOf: out, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == 3)
+        let query = lines.first.flatMap { URLComponents(string: "http://x\($0)")?.queryItems } ?? []
+        let fields = Dictionary(query.map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })
+        #expect(fields["id"] == "van1" && fields["timestamp"] == "1800000001" && fields["lat"] == "48.1000000" && fields["lon"] == "11.5000000")
+    }
+}
