@@ -104,6 +104,13 @@ public final class SettingsReader {
         return Int(d)
     }
 
+    /// A setting that is a whole JSON value (an object of a service's own), unchecked here.
+    public func json(_ key: String) -> JSONValue? {
+        read.insert(key)
+        guard let value = values[key], value != .null else { return nil }
+        return value
+    }
+
     public func bool(_ key: String, default fallback: Bool) throws -> Bool {
         read.insert(key)
         guard let value = values[key], value != .null else { return fallback }

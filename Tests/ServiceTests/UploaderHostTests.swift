@@ -227,3 +227,35 @@ extension UploaderHostTests {
         #expect(fields["id"] == "van1" && fields["timestamp"] == "1800000001" && fields["lat"] == "48.1000000" && fields["lon"] == "11.5000000")
     }
 }
+
+extension UploaderHostTests {
+    /// The config file's `sync`: refused by name when wrong; at start it
+    /// replaces a different config in force, which ends an auth expiry — an
+    /// unchanged file does not.
+    @Test func aRestartWithANewConfigEndsAnAuthExpiry() throws {
+        #expect(throws: ConfigError.self) { try UploaderSettings(SettingsReader(values: ["sync": .object(["url": .string("ftp://x")])], source: "test")) }
+        func host(headers: String) throws -> ServiceHost<UploaderService.Row> {
+            let sync = JSONValue.object(["url": .string("https://api.example.com/p"), "autoSync": .bool(false),
+                                         "headers": .object(["Authorization": .string(headers)])])
+            return try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: ["sync": sync], source: "test")),
+                                                              topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
+                                                              transport: transport),
+                                   databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                                   counters: HealthCounters(), clock: clock)
+        }
+        var uploader = try host(headers: "Bearer old")
+        uploader.receive(point(1))
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 401))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "authExpired")
+        uploader.close()
+        uploader = try host(headers: "Bearer old")  // the same file: still expired
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "authExpired")
+        uploader.close()
+        uploader = try host(headers: "Bearer new")  // new credentials in the file
+        defer { uploader.close() }
+        transport.script(Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(1))
+        #expect(transport.sent.last?.headers["Authorization"] == "Bearer new")
+    }
+}

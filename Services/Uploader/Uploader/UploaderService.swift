@@ -9,8 +9,21 @@ import UploaderCore
 struct UploaderSettings {
     /// How long `syncNow` waits for the attempt it asked for.
     var syncNowTimeoutMs: Int
+    /// The file's `sync` object, if any: applied at start when it differs
+    /// from the config in force (a restart with new credentials ends an auth expiry).
+    var sync: SyncConfig?
+
     init(_ reader: SettingsReader) throws {
         syncNowTimeoutMs = try reader.int("syncNowTimeoutSec", default: 60, in: 1...3_600) * 1000
+        if let value = reader.json("sync") {
+            do {
+                sync = try value.decode(SyncConfig.self).validated()
+            } catch let error as SyncConfigError {
+                throw ConfigError("sync.\(error.setting)", error.problem)
+            } catch let error as DecodingError {
+                throw ConfigError("sync", DecodingErrorText.describe(error, root: "sync"))
+            }
+        }
     }
 }
 
@@ -23,6 +36,7 @@ enum UploaderService {
                            transport: any HTTPTransport = URLSessionTransport()) -> ServiceDefinition<Row> {
         ServiceDefinition(name: "uploader", migrations: UploaderStore.migrations, rows: .json(fresh: { Row() })) { db in
             let store = UploaderStore(db: db)
+            if let sync = settings.sync, try store.config() != sync { try store.save(sync) }
             let worker = UploadWorker(path: db.path, topics: topics, transport: transport, clock: clock, logger: logger)
             return Routes(
                 inputs: [
