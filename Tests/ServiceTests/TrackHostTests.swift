@@ -228,3 +228,19 @@ extension TrackHostTests {
         #expect(try query(track, "getSummary", #"{"fromMs":10,"toMs":5}"#).code == "badInput")
     }
 }
+
+extension TrackHostTests {
+    /// With a road-snapping server that does not answer, the track is built
+    /// unsnapped and says why; a bad URL stops the service at start, by name.
+    @Test func aDeadRoadSnapServerLeavesTheTrackUnsnapped() throws {
+        #expect(throws: ConfigError.self) { try TrackSettings(SettingsReader(values: ["roadSnapUrl": .string("osrm")], source: "test")) }
+        let settings = try TrackSettings(SettingsReader(values: ["roadSnapUrl": .string("http://127.0.0.1:\(try freePort())")], source: "test"))
+        let track = try ServiceHost(TrackService.definition(settings), databasePath: path, bus: bus, topics: Topics(),
+                                    logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), clock: clock)
+        drive(track)
+        #expect(track.commit())
+        let built = try #require(try query(track, "buildTrack", #"{"sessionID":"s1"}"#).result?.decode(Track.self))
+        #expect(built.roadSnapped == nil && built.diagnostics?.first?.contains("connection refused") == true, "\(String(describing: built.diagnostics))")
+        #expect(built.segments.map(\.kind) == [.moving, .gap, .moving])
+    }
+}

@@ -10,11 +10,18 @@ struct BuildArgs: Decodable {
 }
 
 enum Exports {
-    static func track(_ command: IncomingCommand, _ query: QueryContext) throws -> Track {
+    static func track(_ command: IncomingCommand, _ query: QueryContext, _ settings: TrackSettings) throws -> Track {
         let args = try command.arguments(BuildArgs.self)
         let points = try TrackStore.session(query.db, device: query.device, sessionID: args.sessionID)
         guard !points.isEmpty else { throw CommandError(.notFound, "no stored points for session '\(args.sessionID.prefix(80))' of \(query.device)") }
-        return TrackBuilder(options: args.options ?? TrackOptions()).build(points, device: query.device, sessionID: args.sessionID)
+        let track = TrackBuilder(options: args.options ?? TrackOptions()).build(points, device: query.device, sessionID: args.sessionID)
+        guard let snapper = settings.roadSnap else { return track }
+        return snapper.snap(track) { url in
+            let response = HTTPClient.send(method: "GET", url: url, timeoutMs: settings.roadSnapTimeoutMs)
+            guard let status = response.statusCode else { return .failure(SnapError(response.failure ?? "no answer")) }
+            // OSRM answers a failed match with 400 and a JSON code: let the parser name it.
+            return status == 200 || status == 400 ? .success(response.body) : .failure(SnapError("HTTP \(status)"))
+        }
     }
 
     // MARK: GeoJSON (RFC 7946)

@@ -11,8 +11,20 @@ struct TrackSettings {
     var maxPointsPerDevice: Int
     var gapAfterMs: Int64
     var gapMinDistanceM: Double
+    /// An OSRM server of the operator's for snapping built tracks to roads (off by default).
+    var roadSnap: RoadSnapper?
+    var roadSnapTimeoutMs: Int
 
     init(_ reader: SettingsReader) throws {
+        if let url = try reader.optionalString("roadSnapUrl") {
+            guard let parsed = URL(string: url), ["http", "https"].contains(parsed.scheme?.lowercased() ?? ""), parsed.host != nil else {
+                throw ConfigError("roadSnapUrl", "must be an http or https URL of an OSRM server, got '\(url.prefix(200))'")
+            }
+            roadSnap = RoadSnapper(baseURL: url, profile: try reader.choice("roadSnapProfile", default: "driving", among: ["driving", "car", "bike", "foot"]))
+        } else {
+            _ = try reader.optionalString("roadSnapProfile")
+        }
+        roadSnapTimeoutMs = try reader.int("roadSnapTimeoutMs", default: 5_000, in: 100...120_000)
         maxDaysToPersist = try reader.double("maxDaysToPersist", default: 30, in: 1...3_650)
         maxPointsPerDevice = try reader.int("maxPointsPerDevice", default: 2_000_000, in: 1_000...100_000_000)
         gapAfterMs = Int64(try reader.double("trackingGapAfterSec", default: 600, in: 1...86_400) * 1000)
@@ -108,10 +120,10 @@ enum TrackService {
                         let args = try command.arguments(PageArgs.self)
                         return .value(try TrackStore.odometer(query.db, device: query.device, sessionID: args.sessionID))
                     },
-                    .query("buildTrack") { command, query in .value(try Exports.track(command, query)) },
-                    .query("exportGeoJSON") { command, query in .value(JSONCoding.string(Exports.geoJSON(try Exports.track(command, query)))) },
-                    .query("exportPolylineJSON") { command, query in .value(Exports.polylineJSON(try Exports.track(command, query))) },
-                    .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query))) },
+                    .query("buildTrack") { command, query in .value(try Exports.track(command, query, settings)) },
+                    .query("exportGeoJSON") { command, query in .value(JSONCoding.string(Exports.geoJSON(try Exports.track(command, query, settings)))) },
+                    .query("exportPolylineJSON") { command, query in .value(Exports.polylineJSON(try Exports.track(command, query, settings))) },
+                    .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query, settings))) },
                     .query("getSummary") { command, query in .value(try Summary.of(command, query)) },
                 ],
                 retention: [LogRetention(store.points, keepPerDevice: settings.maxPointsPerDevice)])

@@ -126,4 +126,8 @@ public struct Track: Codable, Sendable, Equatable {
     public var endMs: Int64?
     public var segments: [Segment]
     public var statistics: TrackStatistics
+    /// Set when the moving segments were snapped to roads (`roadSnapUrl`).
+    public var roadSnapped: Bool?
+    /// What did not go as asked (a road-snapping server that failed, …).
+    public var diagnostics: [String]?
 }
