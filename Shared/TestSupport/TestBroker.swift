@@ -15,16 +15,36 @@ public final class TestBroker: @unchecked Sendable {
 
     /// `persistent`: the broker saves its sessions and queues to disk when it
     /// stops (as the product's brokers do), so `restart(graceful: true)` keeps them.
-    public init(persistent: Bool = false) throws {
+    /// Accounts for a broker with access control: name → password.
+    public struct Accounts: Sendable {
+        public var passwords: [String: String]
+        /// The ACL file (the product's `config/acl` unless a test brings its own).
+        public var aclFile: String
+        public init(_ passwords: [String: String], aclFile: String) { self.passwords = passwords; self.aclFile = aclFile }
+    }
+
+    public init(persistent: Bool = false, accounts: Accounts? = nil, messageSizeLimit: Int? = nil) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
         for _ in 0..<5 {
             let port = try freePort()
             let config = directory.appendingPathComponent("mosquitto.conf")
+            var access = "allow_anonymous true"
+            if let accounts {
+                let passwords = directory.appendingPathComponent("passwords")
+                try "".write(to: passwords, atomically: true, encoding: .utf8)
+                for (name, password) in accounts.passwords {
+                    let tool = try ChildProcess(executable: "/usr/bin/mosquitto_passwd", arguments: ["-b", passwords.path, name, password],
+                                                logFile: directory.appendingPathComponent("passwd.log").path)
+                    guard tool.wait(timeout: 10) == 0 else { throw TestSupportError("mosquitto_passwd failed for \(name)") }
+                }
+                access = "allow_anonymous false\npassword_file \(passwords.path)\nacl_file \(accounts.aclFile)"
+            }
+            if let messageSizeLimit { access += "\nmessage_size_limit \(messageSizeLimit)" }
             try """
                 listener \(port) 127.0.0.1
-                allow_anonymous true
+                \(access)
                 max_queued_messages 0
                 max_inflight_messages 0
                 set_tcp_nodelay true
