@@ -86,20 +86,9 @@ public struct TrackPoint: Codable, Sendable, Equatable {
     }
 }
 
-/// What the device measured for an accepted point: the fix beside the
-/// filter's estimate, so a look-ahead smoother can start from the evidence.
-public struct MeasuredFix: Codable, Sendable, Equatable {
-    public var latitude: Double
-    public var longitude: Double
-    public var accuracyM: Double
-    public var speedMps: Double?
-    public var courseDeg: Double?
-
-    public init(latitude: Double, longitude: Double, accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil) {
-        self.latitude = latitude; self.longitude = longitude; self.accuracyM = accuracyM
-        self.speedMps = speedMps; self.courseDeg = courseDeg
-    }
-}
+/// What the device measured for an accepted point (a `Reading`): the fix
+/// beside the filter's estimate, so a look-ahead smoother can start from the evidence.
+public typealias MeasuredFix = Reading
 
 /// A TrackPoint with its device, as carried on `tracker/{device}/points`.
 public struct PointMessage: Codable, Sendable, Equatable {
@@ -179,7 +168,7 @@ public struct MotionMessage: Codable, Sendable, Equatable {
 
 /// What one fix says about where the device is: the fields every stage
 /// reads the same way (the services' own fix types carry one of these).
-public struct Reading: Sendable, Equatable {
+public struct Reading: Codable, Sendable, Equatable {
     public var latitude: Double
     public var longitude: Double
     public var accuracyM: Double

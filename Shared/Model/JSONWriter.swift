@@ -164,7 +164,7 @@ extension PointMessage: JSONWritable {
     }
 }
 
-extension MeasuredFix: JSONWritable {
+extension Reading: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()
         w.field("accuracyM", accuracyM)
