@@ -401,10 +401,20 @@ public final class MQTTClient: @unchecked Sendable {
 
     // MARK: Callbacks (network thread)
 
+    /// Stands for re-subscriptions not yet sent (no real message id is negative).
+    static let resubscribePending: Int32 = -1
+
     fileprivate func handleConnect(rc: Int32) {
         let (waiters, subscriptions, hook, count) = state.withLock { s in
             defer { s.connectWaiters = [:] }
-            if rc == 0 { s.connected = true; s.connectCount += 1 }
+            if rc == 0 {
+                s.connected = true
+                s.connectCount += 1
+                // Not subscribed until the re-subscriptions below are acknowledged: a
+                // placeholder id closes the window in which `isSubscribed` would say
+                // yes (health once said online there, and a fix sent then was lost).
+                if !s.subscriptions.isEmpty { s.resubscribing = [Self.resubscribePending] }
+            }
             return (s.connectWaiters, s.subscriptions, s.onConnect, s.connectCount)
         }
         guard rc == 0 else {

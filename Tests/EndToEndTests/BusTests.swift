@@ -73,7 +73,7 @@ import Testing
         let publisher = try await client(broker, id: "bus-hooks-pub")
         for i in 0..<2_000 { try await publisher.publishAndWait(MQTTMessage(topic: "bench/hooks", string: "\(i)")) }
         let seen = depths.withLock { $0 }
-        #expect(seen.count > 500, "only \(seen.count) passes")
+        #expect(seen.count > 100, "only \(seen.count) passes")  // a pass may read many messages; the bug grew 2 frames a pass
         #expect((seen.max() ?? 0) - (seen.min() ?? 0) < 8, "stack under the hook grew from \(seen.min() ?? 0) to \(seen.max() ?? 0) frames")
         await publisher.disconnect()
         await subscriber.disconnect()

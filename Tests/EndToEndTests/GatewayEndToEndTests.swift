@@ -218,7 +218,11 @@ import Testing
         }
         let publisher = try await TestClient.connect(port: broker.port)
         try await publisher.publishAndWait(MQTTMessage(topic: "tracker/back/fixes", string: #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#))
-        try await out.wait(count: 1, topicSuffix: "/raw")
+        do { try await out.wait(count: 1, topicSuffix: "/raw") } catch {
+            // Rare under load: what the gateway said helps tell why.
+            print("gateway log:", gateway.log.suffix(3000))
+            throw error
+        }
         #expect(out.decoded(RawFix.self, topicSuffix: "/raw").first?.device.rawValue == "back")
     }
 
