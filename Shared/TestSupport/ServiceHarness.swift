@@ -65,11 +65,13 @@ public final class ServiceHarness: @unchecked Sendable {
         _ = process?.wait(timeout: 5)
     }
 
-    /// SIGTERM; returns the exit code.
+    /// SIGTERM; returns the exit code. A service's own shutdown budget is
+    /// up to ~24 s when the broker is slow to acknowledge (input 3 + 5 s,
+    /// output drain 5 s, offline health 3 s, output 3 + 5 s): wait that long.
     @discardableResult
     public func stop() -> Int32? {
         process?.kill(SIGTERM)
-        return process?.wait(timeout: 10)
+        return process?.wait(timeout: 30)
     }
 
     public var log: String { process?.log ?? "" }
