@@ -138,7 +138,11 @@ extension RawFix: JSONWritable {
 }
 
 extension TrackPoint: JSONWritable {
-    public func write(to w: inout JSONWriter) {
+    public func write(to w: inout JSONWriter) { write(to: &w) { _ in } }
+
+    /// The point's fields and, before the object closes, whatever `extra`
+    /// writes beside them (a stored point's fix, a queued point's device).
+    public func write(to w: inout JSONWriter, adding extra: (inout JSONWriter) -> Void) {
         w.beginObject()
         w.field("accuracyM", accuracyM)
         w.field("courseDeg", courseDeg)
@@ -149,6 +153,7 @@ extension TrackPoint: JSONWritable {
         w.field("sessionID", sessionID)
         w.field("speedMps", speedMps)
         w.field("timeMs", timeMs)
+        extra(&w)
         w.endObject()
     }
 }

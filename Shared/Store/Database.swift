@@ -86,7 +86,10 @@ public final class Database {
     }
 
     /// Runs `sql` with `bindings` and returns nothing.
-    public func run(_ sql: String, _ bindings: SQLValue...) throws {
+    public func run(_ sql: String, _ bindings: SQLValue...) throws { try run(sql, bindings) }
+
+    /// The same, with bindings assembled at run time.
+    public func run(_ sql: String, _ bindings: [SQLValue]) throws {
         let statement = try statement(sql)
         try statement.bind(bindings)
         try statement.runToEnd()

@@ -78,9 +78,9 @@ final class MotionStore {
     func deleteCrossings(_ owner: DeviceID, fence: String?) throws -> Int {
         let (scope, bindings): (String, [SQLValue]) = owner == .fleet ? ("fleet = 1", []) : ("device = ? AND fleet = 0", [.text(owner.rawValue)])
         if let fence {
-            try db.statement("DELETE FROM crossings WHERE \(scope) AND fence = ?").bindAndRun(bindings + [.text(fence)])
+            try db.run("DELETE FROM crossings WHERE \(scope) AND fence = ?", bindings + [.text(fence)])
         } else {
-            try db.statement("DELETE FROM crossings WHERE \(scope)").bindAndRun(bindings)
+            try db.run("DELETE FROM crossings WHERE \(scope)", bindings)
         }
         return db.changes
     }
@@ -144,12 +144,5 @@ struct StopReport: Encodable {
         try stop.encode(to: encoder)
         var c = encoder.container(keyedBy: Key.self)
         try c.encodeIfPresent(stop.durationSec, forKey: .durationSec)
-    }
-}
-
-extension Statement {
-    func bindAndRun(_ values: [SQLValue]) throws {
-        try bind(values)
-        try runToEnd()
     }
 }

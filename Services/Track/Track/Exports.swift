@@ -87,10 +87,6 @@ enum Exports {
             Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date(timeIntervalSince1970: Double(ms) / 1000))
         }
         func coordinate(_ v: Double) -> String { String(format: "%.7f", v) }
-        func escaped(_ s: String) -> String {
-            s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-                .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
-        }
         var xml = """
             <?xml version="1.0" encoding="UTF-8"?>
             <gpx version="1.1" creator="Tracker" xmlns="http://www.topografix.com/GPX/1/1" \
@@ -103,7 +99,7 @@ enum Exports {
             xml += "  <wpt lat=\"\(coordinate(stop.latitude))\" lon=\"\(coordinate(stop.longitude))\"><time>\(time(stop.arrivalMs))</time>"
                 + "<name>stop \(i)</name><desc>\(Int(stop.durationSec.rounded())) s</desc><type>stop</type></wpt>\n"
         }
-        xml += "  <trk><name>\(escaped("\(track.device) \(track.sessionID ?? "")"))</name>\n"
+        xml += "  <trk><name>\(TrackPicture.escaped("\(track.device) \(track.sessionID ?? "")"))</name>\n"
         for segment in track.segments where segment.kind == .moving {
             xml += "    <trkseg>\n"
             for v in segment.vertices {

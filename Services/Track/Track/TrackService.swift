@@ -267,18 +267,6 @@ struct StoredBody: Encodable, JSONWritable {
     }
 
     func write(to w: inout JSONWriter) {
-        let point = stored.point
-        w.beginObject()
-        w.field("accuracyM", point.accuracyM)
-        w.field("courseDeg", point.courseDeg)
-        w.field("latitude", point.latitude)
-        w.field("longitude", point.longitude)
-        w.field("measured", stored.measured)
-        w.field("odometerM", point.odometerM)
-        w.field("seq", point.seq)
-        w.field("sessionID", point.sessionID)
-        w.field("speedMps", point.speedMps)
-        w.field("timeMs", point.timeMs)
-        w.endObject()
+        stored.point.write(to: &w) { $0.field("measured", stored.measured) }
     }
 }

@@ -81,7 +81,9 @@ public enum TrackPicture {
             : String(format: "%.0f min", (seconds / 60).rounded())
     }
 
-    static func escaped(_ s: String) -> String {
+    /// Text safe inside XML (the picture's SVG, the GPX export).
+    public static func escaped(_ s: String) -> String {
         s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: ">", with: "&gt;")
+            .replacingOccurrences(of: "\"", with: "&quot;")
     }
 }

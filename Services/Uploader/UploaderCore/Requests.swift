@@ -38,21 +38,7 @@ public enum Requests {
         if devices.count == 1, let only = devices.first { w.field("device", only) }
         w.key("points")
         w.beginArray()
-        for q in batch {
-            let p = q.point
-            w.beginObject()
-            w.field("accuracyM", p.accuracyM)
-            w.field("courseDeg", p.courseDeg)
-            w.field("device", q.device)
-            w.field("latitude", p.latitude)
-            w.field("longitude", p.longitude)
-            w.field("odometerM", p.odometerM)
-            w.field("seq", p.seq)
-            w.field("sessionID", p.sessionID)
-            w.field("speedMps", p.speedMps)
-            w.field("timeMs", p.timeMs)
-            w.endObject()
-        }
+        for q in batch { q.point.write(to: &w) { $0.field("device", q.device) } }
         w.endArray()
         w.endObject()
         var headers = config.headers
