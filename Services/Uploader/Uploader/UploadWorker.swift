@@ -100,40 +100,51 @@ final class UploadWorker: @unchecked Sendable {
             return
         }
         while !state.withLock({ $0.stopping }) {
-            let forced = state.withLock { s in defer { s.forced = false }; return s.forced }
-            let pause: Int64
-            do { pause = try pass(forced: forced) } catch {
+            // A `syncNow` is answered by the pass that starts after it asked, never
+            // by one already under way (that one read the state before the request).
+            let (forced, waiters) = state.withLock { s in
+                defer { s.forced = false; s.waiters = [] }
+                return (s.forced, s.waiters)
+            }
+            var pause: Int64 = 1_000
+            var outcome: SyncOutcome?
+            do { (pause, outcome) = try pass(forced: forced) } catch {
                 logger.error("upload pass failed; trying again", ["error": "\(error)"])
-                pause = 1_000
+            }
+            if let outcome {
+                waiters.forEach { $0.resume(outcome) }
+            } else if !waiters.isEmpty {
+                // No answer yet (a parked batch, a failed pass): the next pass owes it.
+                state.withLock { $0.waiters = waiters + $0.waiters; $0.forced = true }
             }
             if pause > 0 { _ = wakeUp.wait(timeout: .now() + .milliseconds(Int(min(pause, 1_000)))) }
         }
     }
 
-    /// One look at the queue; returns how long to wait before the next (ms).
-    private func pass(forced: Bool) throws -> Int64 {
-        guard let store else { return 1_000 }
-        let config = try store.config()
+    /// One look at the queue: how long to wait before the next (ms), and
+    /// what a `syncNow` would be told (nil: nothing to tell yet).
+    private func pass(forced: Bool) throws -> (Int64, SyncOutcome?) {
+        guard let store else { return (1_000, nil) }
+        let (config, authExpired) = try store.sync()
         // The caps hold with or without a config (its defaults until one comes).
         let caps = config ?? SyncConfig(url: "http://unset")
-        let dropped = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000))
+        let (dropped, waiting) = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000))
         if dropped > 0 {
             publish(.diagnostic(code: "queueCapped", message: "\(dropped) queued point(s) dropped: the queue holds at most "
                                 + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
         }
-        let waiting = try store.waiting()
         state.withLock { $0.waiting = waiting }
         // Health's `oldestQueuedAgeMs`: how far behind the customer's backend is (absent when nothing waits).
         counters?.set("oldestQueuedAgeMs", try store.oldestWaitingMs().map { max(0, clock.nowMs() - $0) })
-        guard let config else { resolve(.notConfigured); return 1_000 }
-        if try store.authExpired() { resolve(.authExpired); return 1_000 }
+        guard let config else { return (1_000, .notConfigured) }
+        if authExpired { return (1_000, .authExpired) }
         let nowMs = clock.nowMs()
         if !forced {
-            guard config.autoSync, waiting >= config.autoSyncThreshold else { return 1_000 }
-            guard nowMs >= nextAttemptMs else { return nextAttemptMs - nowMs }
+            guard config.autoSync, waiting >= config.autoSyncThreshold else { return (1_000, nil) }
+            guard nowMs >= nextAttemptMs else { return (nextAttemptMs - nowMs, nil) }
         }
         let batch = try store.batch(limit: config.batchSize)
-        guard !batch.isEmpty else { resolve(.empty); return 1_000 }
+        guard !batch.isEmpty else { return (1_000, .empty) }
         let rules = DeliveryRules(config)
         var delivered: [Int64] = []
         var verdict = Verdict.delivered
@@ -154,14 +165,12 @@ final class UploadWorker: @unchecked Sendable {
         switch verdict {
         case .delivered:
             attempt = 0
-            resolve(.uploaded(delivered.count))
-            return 0  // more may be waiting
+            return (0, .uploaded(delivered.count))  // more may be waiting
         case .retry(let afterMs, let reason):
             attempt += 1
             nextAttemptMs = clock.nowMs() + afterMs
             publish(.retryScheduled(afterSec: Double(afterMs) / 1000, reason: reason))
-            resolve(delivered.isEmpty ? .retry(reason) : .uploaded(delivered.count))
-            return afterMs
+            return (afterMs, delivered.isEmpty ? .retry(reason) : .uploaded(delivered.count))
         case .authExpired:
             try store.setAuthExpired()
             publish(.authExpired)
@@ -171,16 +180,14 @@ final class UploadWorker: @unchecked Sendable {
                     try? bus?.publish(MQTTMessage(topic: topics.command(device, "stop"), string: #"{"id":"uploader:authExpired"}"#), acknowledged: nil)
                 }
             }
-            resolve(.authExpired)
-            return 1_000
+            return (1_000, .authExpired)
         case .parked(let reason):
             let undelivered = batch.map(\.id).filter { !delivered.contains($0) }
             try store.park(config.format == .osmand ? Array(undelivered.prefix(1)) : undelivered)
             publish(.diagnostic(code: "batchParked", message: "\(reason); \(config.format == .osmand ? 1 : undelivered.count) point(s) set aside, the rest goes on"))
             attempt = 0
             // A `syncNow` waiting for this attempt gets the next batch's outcome instead.
-            if forced { state.withLock { $0.forced = true } }
-            return 0
+            return (0, nil)
         }
     }
 
@@ -189,10 +196,6 @@ final class UploadWorker: @unchecked Sendable {
         try? bus?.publish(MQTTMessage(topic: topics.events(.fleet), payload: Array(JSONCoding.encode(event.bounded))), acknowledged: nil)
     }
 
-    private func resolve(_ outcome: SyncOutcome) {
-        let waiters = state.withLock { s in defer { s.waiters.removeAll() }; return s.waiters }
-        waiters.forEach { $0.resume(outcome) }
-    }
 }
 
 /// A blocking rendezvous for `syncNow` (the query worker's thread waits on it).

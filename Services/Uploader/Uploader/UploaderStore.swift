@@ -17,6 +17,8 @@ final class UploaderStore {
                 timeMs INTEGER NOT NULL, body TEXT NOT NULL, parked INTEGER NOT NULL DEFAULT 0, UNIQUE (device, epoch, seq)
             );
             CREATE INDEX queue_waiting ON queue(parked, id);
+            -- The caps and health read the queue's time span on every pass: by index, not by scan.
+            CREATE INDEX queue_by_time ON queue(parked, timeMs);
             CREATE TABLE sync (id INTEGER PRIMARY KEY CHECK (id = 1), config TEXT, authExpired INTEGER NOT NULL DEFAULT 0);
             INSERT INTO sync (id) VALUES (1);
             """),
@@ -26,13 +28,18 @@ final class UploaderStore {
 
     /// Once per `(device, epoch, seq)`: a redelivered point is not queued twice.
     func enqueue(_ message: PointMessage) throws {
-        try db.statement("INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body) VALUES (?, ?, ?, ?, ?)").bindAndRun([
+        try db.run("INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body) VALUES (?, ?, ?, ?, ?)", [
             .text(message.device.rawValue), .text(message.epoch ?? ""), .integer(message.point.seq), .integer(message.point.timeMs),
             .utf8(Array(JSONCoding.encode(message.point)))])
     }
 
-    func config() throws -> SyncConfig? {
-        try db.first("SELECT config FROM sync WHERE id = 1 AND config IS NOT NULL") { try JSONCoding.decoder.decode(SyncConfig.self, from: $0.data(0)) }
+    func config() throws -> SyncConfig? { try sync().config }
+
+    /// The config in force and whether its credentials were refused, in one read.
+    func sync() throws -> (config: SyncConfig?, authExpired: Bool) {
+        try db.first("SELECT config, authExpired FROM sync WHERE id = 1") { row in
+            (row.isNull(0) ? nil : try JSONCoding.decoder.decode(SyncConfig.self, from: row.data(0)), row.int(1) != 0)
+        } ?? (nil, false)
     }
 
     /// A new config also lifts an auth expiry: new credentials are the way back.
@@ -40,7 +47,6 @@ final class UploaderStore {
         try db.run("UPDATE sync SET config = ?, authExpired = 0 WHERE id = 1", .json(JSONCoding.encode(config)))
     }
 
-    func authExpired() throws -> Bool { try db.first("SELECT authExpired FROM sync WHERE id = 1") { $0.int(0) != 0 } ?? false }
     func setAuthExpired() throws { try db.run("UPDATE sync SET authExpired = 1 WHERE id = 1") }
 
     /// The oldest waiting points, at most `limit`.
@@ -61,27 +67,28 @@ final class UploaderStore {
 
     /// Holds the queue to its caps: at most `maxRecords` waiting, none older
     /// than `maxAgeMs` before the newest. Returns how many were dropped.
-    func cap(maxRecords: Int, maxAgeMs: Int64) throws -> Int {
+    /// Also returns how many points wait afterwards (counted once).
+    func cap(maxRecords: Int, maxAgeMs: Int64) throws -> (dropped: Int, waiting: Int) {
         var dropped = 0
-        if let newest = try db.first("SELECT max(timeMs) FROM queue", [], map: { $0.optionalInt64(0) }) ?? nil {
-            try db.run("DELETE FROM queue WHERE timeMs < ?", .integer(newest - maxAgeMs))
-            dropped += db.changes
+        let newest = try [0, 1].compactMap { parked in
+            try db.first("SELECT max(timeMs) FROM queue WHERE parked = ?", [.integer(Int64(parked))]) { $0.optionalInt64(0) } ?? nil
+        }.max()
+        if let newest {
+            for parked in [0, 1] {
+                try db.run("DELETE FROM queue WHERE parked = ? AND timeMs < ?", .integer(Int64(parked)), .integer(newest - maxAgeMs))
+                dropped += db.changes
+            }
         }
-        let surplus = try waiting() - maxRecords
-        if surplus > 0 {
-            try db.run("DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)", .integer(Int64(surplus)))
+        var waiting = try self.waiting()
+        if waiting > maxRecords {
+            try db.run("DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)", .integer(Int64(waiting - maxRecords)))
             dropped += db.changes
+            waiting -= db.changes
         }
-        return dropped
+        return (dropped, waiting)
     }
 
     func waiting() throws -> Int { try db.first("SELECT count(*) FROM queue WHERE parked = 0") { $0.int(0) } ?? 0 }
     func oldestWaitingMs() throws -> Int64? { try db.first("SELECT min(timeMs) FROM queue WHERE parked = 0") { $0.optionalInt64(0) } ?? nil }
 }
 
-extension Statement {
-    func bindAndRun(_ values: [SQLValue]) throws {
-        try bind(values)
-        try runToEnd()
-    }
-}
