@@ -99,8 +99,19 @@ import TrackCore
     @Test(arguments: [1, 2, 3] as [UInt64])
     func theSmoothedTrackBeatsTheLivePoints(seed: UInt64) throws {
         let score = try TrackScore.score(NoiseVariant("default"), seed: seed * 7919)
-        #expect(score.rmseRatio < 0.85, "\(score)")
+        #expect(score.rmseRatio < 0.8, "\(score)")
         #expect(abs(score.lengthError) < 0.02, "\(score)")
+    }
+
+    /// Correlated noise, sparse fixes and no Doppler: never worse than the
+    /// live points (measured means 0.77, 0.80, 0.63).
+    @Test(arguments: [NoiseVariant("ρ 0.8", correlation: 0.8), NoiseVariant("every 5 s", every: 5),
+                      NoiseVariant("no speed", withSpeed: false)])
+    func theSmootherHelpsOnHarderNoise(variant: NoiseVariant) throws {
+        for seed in [1, 2] as [UInt64] {
+            let score = try TrackScore.score(variant, seed: seed * 7919)
+            #expect(score.rmseRatio < 0.92, "\(variant.name): \(score)")
+        }
     }
 
     @Test func optionsOutOfRangeAreRefusedByName() {

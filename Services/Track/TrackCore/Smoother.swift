@@ -24,9 +24,12 @@ struct AxisState {
         p += kp * y; v += kv * y
         (pp, pv, vv) = (pp - kp * pv, pv - kp * vv, vv - kv * vv)
     }
+
+    /// The same state seen with time running backwards: the velocity turns round.
+    var reversed: AxisState { AxisState(p: p, v: -v, pp: pp, pv: -pv, vv: vv) }
 }
 
-/// A measurement in a local metric frame.
+/// A measured fix in a local metric frame.
 struct Observation {
     var timeMs: Int64
     var x: Double, y: Double
@@ -36,67 +39,73 @@ struct Observation {
     var velocity: (east: Double, north: Double, r: Double)?
 }
 
-/// Rauch–Tung–Striebel fixed-interval smoothing: a Kalman filter forward,
-/// then backward, so every estimate uses the fixes after it as well as
-/// before (the live filter can only use the past).
-enum Smoother {
-    /// White acceleration noise, m²/s³: a vehicle's turns and braking.
-    static let q = 3.0
+/// What the live filter published for a point: its causal estimate.
+struct LiveEstimate {
+    var x: Double, y: Double
+    /// Position variance per axis, m² (from the point's accuracy).
+    var r: Double
+    /// Velocity (east, north), when the point carries speed and course.
+    var velocity: (east: Double, north: Double)?
+}
 
-    static func smooth(_ observations: [Observation]) -> [(x: Double, y: Double, vx: Double, vy: Double)] {
-        guard let first = observations.first else { return [] }
+/// Two-filter fixed-interval smoothing. The forward half is the live
+/// filter's own estimate at each point: it saw every fix, also those it did
+/// not publish (drift while standing, steps under the minimum spacing), so
+/// it is a better forward filter than one rebuilt from the published points.
+/// The backward half is a constant-velocity Kalman filter run from the end
+/// of the run over the measured fixes after each point. The two are
+/// independent, and their information-weighted fusion is the estimate given
+/// the whole run — what Rauch–Tung–Striebel computes, without re-running
+/// the forward filter on less information than it had live.
+enum Smoother {
+    /// White acceleration noise while moving, m²/s³ per second of gap: the
+    /// live filter's own (balanced profile), grown with the gap as it does,
+    /// because over longer gaps a vehicle holds a turn or a braking.
+    static let q = 0.5
+    /// The live estimate's velocity variance, m²/s² (about 1 m/s per axis).
+    static let liveVelocityVariance = 1.0
+
+    static func smooth(live: [LiveEstimate], _ observations: [Observation]) -> [(x: Double, y: Double)] {
         let n = observations.count
-        var filtered = [(AxisState, AxisState)](), predicted = [(AxisState, AxisState)](), dts = [Double]()
-        filtered.reserveCapacity(n); predicted.reserveCapacity(n); dts.reserveCapacity(n)
-        var east = AxisState(p: first.x, v: 0, pp: first.r, pv: 0, vv: 100)
-        var north = AxisState(p: first.y, v: 0, pp: first.r, pv: 0, vv: 100)
-        var lastMs = first.timeMs
-        for (i, o) in observations.enumerated() {
-            let dt = i == 0 ? 0 : max(0.001, Double(o.timeMs - lastMs) / 1000)
-            if i > 0 {
-                east = east.predicted(dt: dt, q: q)
-                north = north.predicted(dt: dt, q: q)
-            }
-            predicted.append((east, north))
-            dts.append(dt)
+        var result = live.map { (x: $0.x, y: $0.y) }
+        guard n > 1, let end = live.last else { return result }
+        // The backward filter starts from the live estimate at the run's end.
+        var east = AxisState(p: end.x, v: -(end.velocity?.east ?? 0), pp: end.r, pv: 0,
+                             vv: end.velocity == nil ? 100 : liveVelocityVariance)
+        var north = AxisState(p: end.y, v: -(end.velocity?.north ?? 0), pp: end.r, pv: 0,
+                              vv: end.velocity == nil ? 100 : liveVelocityVariance)
+        for k in stride(from: n - 2, through: 0, by: -1) {
+            let o = observations[k]
+            let dt = max(0.001, Double(observations[k + 1].timeMs - o.timeMs) / 1000)
+            east = east.predicted(dt: dt, q: q * max(1, dt))
+            north = north.predicted(dt: dt, q: q * max(1, dt))
+            // Fused before this fix is observed: the live estimate already holds it.
+            let forward = live[k]
+            result[k].x = fuse(forward.x, forward.velocity?.east, r: forward.r, east.reversed)
+            result[k].y = fuse(forward.y, forward.velocity?.north, r: forward.r, north.reversed)
             east.observe(position: o.x, r: o.r)
             north.observe(position: o.y, r: o.r)
             if let v = o.velocity {
-                east.observe(velocity: v.east, r: v.r)
-                north.observe(velocity: v.north, r: v.r)
-            }
-            filtered.append((east, north))
-            lastMs = o.timeMs
-        }
-        var smoothed = filtered
-        if n > 1 {
-            for k in stride(from: n - 2, through: 0, by: -1) {
-                smoothed[k].0 = backward(filtered[k].0, predicted[k + 1].0, smoothed[k + 1].0, dt: dts[k + 1])
-                smoothed[k].1 = backward(filtered[k].1, predicted[k + 1].1, smoothed[k + 1].1, dt: dts[k + 1])
+                east.observe(velocity: -v.east, r: v.r)
+                north.observe(velocity: -v.north, r: v.r)
             }
         }
-        return smoothed.map { ($0.0.p, $0.1.p, $0.0.v, $0.1.v) }
+        return result
     }
 
-    /// One RTS step: C = P_f Fᵀ P_pred⁻¹; x_s = x_f + C (x_s,next − x_pred,next).
-    private static func backward(_ f: AxisState, _ pred: AxisState, _ next: AxisState, dt: Double) -> AxisState {
-        // P_f Fᵀ, with F = [[1, dt], [0, 1]].
-        let a = f.pp + dt * f.pv, b = f.pv, c = f.pv + dt * f.vv, d = f.vv
-        let det = pred.pp * pred.vv - pred.pv * pred.pv
-        guard det > 1e-12 else { return f }
-        let (i11, i12, i22) = (pred.vv / det, -pred.pv / det, pred.pp / det)
-        // C = (P_f Fᵀ) P_pred⁻¹, rows (a, b) and (c, d).
-        let c11 = a * i11 + b * i12, c12 = a * i12 + b * i22
-        let c21 = c * i11 + d * i12, c22 = c * i12 + d * i22
-        let dp = next.p - pred.p, dv = next.v - pred.v
-        var s = f
-        s.p += c11 * dp + c12 * dv
-        s.v += c21 * dp + c22 * dv
-        // Covariance: P_s = P_f + C (P_s,next − P_pred) Cᵀ.
-        let epp = next.pp - pred.pp, epv = next.pv - pred.pv, evv = next.vv - pred.vv
-        s.pp += c11 * (c11 * epp + c12 * epv) + c12 * (c11 * epv + c12 * evv)
-        s.pv += c21 * (c11 * epp + c12 * epv) + c22 * (c11 * epv + c12 * evv)
-        s.vv += c21 * (c21 * epp + c22 * epv) + c22 * (c21 * epv + c22 * evv)
-        return s
+    /// The position of the information-weighted fusion of a forward estimate
+    /// (position, optional velocity, uncorrelated) with a backward state
+    /// (full covariance): x = (Pf⁻¹ + Pb⁻¹)⁻¹ (Pf⁻¹ xf + Pb⁻¹ xb). The
+    /// velocities matter: the backward position error is mostly its velocity
+    /// error times the gap, which the forward velocity corrects.
+    private static func fuse(_ p: Double, _ v: Double?, r: Double, _ b: AxisState) -> Double {
+        let det = b.pp * b.vv - b.pv * b.pv
+        guard let v, det > 1e-12 else { return (p * b.pp + b.p * r) / (b.pp + r) }
+        let (b11, b12, b22) = (b.vv / det, -b.pv / det, b.pp / det)
+        let rv = liveVelocityVariance
+        let (i11, i12, i22) = (1 / r + b11, b12, 1 / rv + b22)
+        let y1 = p / r + b11 * b.p + b12 * b.v
+        let y2 = v / rv + b12 * b.p + b22 * b.v
+        return (i22 * y1 - i12 * y2) / (i11 * i22 - i12 * i12)
     }
 }

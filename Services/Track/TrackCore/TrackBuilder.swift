@@ -120,14 +120,15 @@ public struct TrackBuilder: Sendable {
 
     // MARK: Moving
 
-    /// A moving run: smoothed over the measured fixes, then split where the
+    /// A moving run: the live points smoothed with the measured fixes after
+    /// each (the look-ahead the live filter cannot have), then split where the
     /// speed band changes for good, each part simplified with its arrows.
     private func movingSegments(_ points: [StoredPoint], _ range: Range<Int>, _ frame: LocalFrame) -> [Segment] {
         let run = Array(points[range])
         var path: [(x: Double, y: Double, speed: Double, timeMs: Int64)]
         if options.smooth, run.count > 2 {
-            let observations = run.map { observation($0, frame) }
-            path = zip(run, Smoother.smooth(observations)).map { p, s in (s.x, s.y, hypot(s.vx, s.vy), p.point.timeMs) }
+            let smoothed = Smoother.smooth(live: run.map { live($0, frame) }, run.map { observation($0, frame) })
+            path = zip(run, smoothed).map { p, s in (s.x, s.y, p.point.speedMps ?? 0, p.point.timeMs) }
         } else {
             path = run.map { p in
                 let (x, y) = frame.toLocal(lat: p.point.latitude, lon: p.point.longitude)
@@ -167,10 +168,23 @@ public struct TrackBuilder: Sendable {
                 velocity = (0, 0, 0.09)
             } else if speed >= 2, let course = m.courseDeg {
                 let radians = course * .pi / 180
-                velocity = (speed * sin(radians), speed * cos(radians), 0.25 + 0.0004 * speed * speed)
+                // Speed ±0.5 m/s along the way, course ±5° across it.
+                velocity = (speed * sin(radians), speed * cos(radians), 0.25 + 0.008 * speed * speed)
             }
         }
         return Observation(timeMs: p.point.timeMs, x: x, y: y, r: sigma * sigma, velocity: velocity)
+    }
+
+    private func live(_ p: StoredPoint, _ frame: LocalFrame) -> LiveEstimate {
+        let (x, y) = frame.toLocal(lat: p.point.latitude, lon: p.point.longitude)
+        let sigma = max(2, (p.point.accuracyM > 0 ? p.point.accuracyM : 30) / 1.5)
+        var velocity: (Double, Double)?
+        if let speed = p.point.speedMps, speed < 0.3 {
+            velocity = (0, 0)
+        } else if let speed = p.point.speedMps, let course = p.point.courseDeg {
+            velocity = (speed * sin(course * .pi / 180), speed * cos(course * .pi / 180))
+        }
+        return LiveEstimate(x: x, y: y, r: sigma * sigma, velocity: velocity)
     }
 
     /// Index ranges of equal speed band (of the speed averaged over ±15 s);
