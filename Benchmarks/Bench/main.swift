@@ -15,6 +15,8 @@ case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
 case "relay" where arguments.count >= 2:
     try await Relay.serve(port: Int32(arguments[1])!, points: arguments.dropFirst(2).first == "points")
+case "demo-recording" where arguments.count == 2:
+    try DemoRecording.write(to: arguments[1])
 case "picture" where arguments.count == 2:
     try TrackBench.picture(to: arguments[1])
 case "track":

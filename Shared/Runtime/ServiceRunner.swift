@@ -66,9 +66,14 @@ public enum ServiceRunner {
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
                 cleanStart: false, sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, will: health.will, logger: context.logger))
+            // With logins the broker names each connection after its account
+            // (use_username_as_clientid, so no one can take over a service's
+            // session by its client id): the output connection has its own,
+            // "<account>-out", with the same password.
             output = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: "\(settings.instance)-out",
-                cleanStart: true, username: settings.mqttUsername, password: settings.mqttPassword, logger: context.logger))
+                cleanStart: true, username: settings.mqttUsername.map { "\($0)-out" }, password: settings.mqttPassword,
+                logger: context.logger))
             pressure = OutputPressure(limit: settings.outputBacklogMax, counters: counters)
             let definition = try define(context, reader)
             try reader.rejectUnknownKeys()

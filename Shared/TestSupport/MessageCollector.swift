@@ -26,8 +26,9 @@ public final class MessageCollector: Sendable {
     }
 
     public init(port: Int32, filters: [String], clientID: String = "collector-\(UUID().uuidString.prefix(8))",
-                username: String? = nil, password: String? = nil) async throws {
-        client = try MQTTClient(MQTTOptions(port: port, clientID: clientID, cleanStart: true, username: username, password: password))
+                username: String? = nil, password: String? = nil, persistentSession: Bool = false) async throws {
+        client = try MQTTClient(MQTTOptions(port: port, clientID: clientID, cleanStart: !persistentSession,
+                                            sessionExpirySec: persistentSession ? 600 : 0, username: username, password: password))
         client.setHandler { [weak self] message in
             guard let self else { return }
             let ready = self.state.withLock { s -> [(Waiter, [MQTTMessage])] in

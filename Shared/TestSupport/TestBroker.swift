@@ -8,6 +8,8 @@ import Glibc
 /// leaves the child with signals blocked), stopped with SIGTERM.
 public final class TestBroker: @unchecked Sendable {
     public let port: Int32
+    /// With accounts, the operator's listener (client ids kept as asked); otherwise `port`.
+    public let operatorPort: Int32
     public let directory: URL
     private var process: ChildProcess
     private let executable: String
@@ -42,8 +44,17 @@ public final class TestBroker: @unchecked Sendable {
                 access = "allow_anonymous false\npassword_file \(passwords.path)\nacl_file \(accounts.aclFile)"
             }
             if let messageSizeLimit { access += "\nmessage_size_limit \(messageSizeLimit)" }
+            // With logins, as in the product: the public listener names every
+            // connection after its account; the operator's listener keeps the
+            // client id asked for, so operator tools can run side by side.
+            var listeners = "listener \(port) 127.0.0.1"
+            var operatorPort: Int32?
+            if accounts != nil {
+                operatorPort = try freePort()
+                listeners += "\nuse_username_as_clientid true\nlistener \(operatorPort!) 127.0.0.1"
+            }
             try """
-                listener \(port) 127.0.0.1
+                \(listeners)
                 \(access)
                 max_queued_messages 0
                 max_inflight_messages 0
@@ -60,8 +71,9 @@ public final class TestBroker: @unchecked Sendable {
                 .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
             let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                          logFile: directory.appendingPathComponent("mosquitto.log").path)
-            if waitForPort(port, timeout: 5) {
+            if waitForPort(port, timeout: 5), operatorPort.map({ waitForPort($0, timeout: 5) }) ?? true {
                 self.port = port
+                self.operatorPort = operatorPort ?? port
                 self.process = child
                 self.executable = executable
                 self.config = config

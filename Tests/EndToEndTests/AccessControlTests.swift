@@ -10,7 +10,9 @@ import Testing
 @Suite(.serialized) struct AccessControlTests {
     let broker: TestBroker
     let gateway: ServiceHarness
-    static let passwords = ["tracker-gateway": "gw-\(UUID().uuidString)", "trackerctl": "ctl-\(UUID().uuidString)",
+    static let gatewayPassword = "gw-\(UUID().uuidString)"
+    static let passwords = ["tracker-gateway": gatewayPassword, "tracker-gateway-out": gatewayPassword,
+                            "tracker-filter": "f-\(UUID().uuidString)", "trackerctl": "ctl-\(UUID().uuidString)",
                             "devA": "a-\(UUID().uuidString)", "devB": "b-\(UUID().uuidString)"]
 
     init() throws {
@@ -35,12 +37,14 @@ import Testing
     /// 2.0.11 closes an MQTT 5 client's connection (seen in its log: "Denied
     /// PUBLISH", then the connection gone), which would blur what comes next.
     @Test func aDeviceReachesOnlyItsOwnTopics() async throws {
-        // An operator's account sees what the services publish.
-        let observer = try await MessageCollector(port: broker.port, filters: ["tracker/#"], clientID: "trackerctl-\(UUID().uuidString.prefix(6))",
+        // An operator's account sees what the services publish (on the
+        // operator's listener, where the client id is kept as asked).
+        let observer = try await MessageCollector(port: broker.operatorPort, filters: ["tracker/#"], clientID: "trackerctl-\(UUID().uuidString.prefix(6))",
                                                   username: "trackerctl", password: Self.passwords["trackerctl"])
         try await observer.wait(description: "gateway online") { $0.contains { $0.topic == "tracker/_health/gateway" && $0.string.contains(#""online""#) } }
         // devA listens to everything it may: "#" is granted, but the broker delivers only what devA may read.
-        let listener = try await MessageCollector(port: broker.port, filters: ["#"], clientID: "devA-listen-\(UUID().uuidString.prefix(6))",
+        // (On the operator's listener, so the rogue logins below as devA do not replace it; the ACL is the same.)
+        let listener = try await MessageCollector(port: broker.operatorPort, filters: ["#"], clientID: "devA-listen-\(UUID().uuidString.prefix(6))",
                                                   username: "devA", password: Self.passwords["devA"])
         // As another device, onto an internal topic, a forged retained health, a command to another device: all dropped.
         for (topic, payload, retain) in [("tracker/devB/fixes", fix(1_790_000_000), false), ("tracker/devA/raw", "{}", false),
@@ -72,6 +76,36 @@ import Testing
         await ctl.disconnect()
         await listener.close()
         await observer.close()
+    }
+
+    /// Probed on the anonymous broker: `-i tracker-filter -c` took over the
+    /// filter's persistent session and consumed its queued fixes. Now the
+    /// broker names the connection after its account, so the queue waits
+    /// for the service.
+    @Test func noAccountCanTakeOverAServicesSession() async throws {
+        let service = "tracker-filter", password = Self.passwords["tracker-filter"]!
+        var victim = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw"], clientID: service,
+                                                username: service, password: password, persistentSession: true)
+        await victim.close()
+        // Fixes queue for the service while it is away.
+        let ctl = try await login("trackerctl")
+        for seq in 1...3 {
+            try await ctl.publishAndWait(MQTTMessage(topic: "tracker/devA/raw", string: #"{"seq":\#(seq)}"#))
+        }
+        // devA asks for the service's client id and its session.
+        let thief = try await MessageCollector(port: broker.port, filters: ["tracker/devA/events"], clientID: service,
+                                               username: "devA", password: Self.passwords["devA"], persistentSession: true)
+        // A probe on devA's own topic: anything the stolen session held would have come before it.
+        try await ctl.publishAndWait(MQTTMessage(topic: "tracker/devA/events", string: #"{"type":"probe","device":"devA","timeMs":3}"#))
+        try await thief.wait(description: "the probe") { $0.contains { $0.topic == "tracker/devA/events" } }
+        await thief.close()
+        // The service comes back to its whole queue.
+        victim = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw"], clientID: service,
+                                            username: service, password: password, persistentSession: true)
+        try await victim.wait(description: "the three queued fixes") { $0.filter { $0.topic == "tracker/devA/raw" }.count >= 3 }
+        #expect(victim.messages.filter { $0.topic == "tracker/devA/raw" }.count == 3)
+        await victim.close()
+        await ctl.disconnect()
     }
 
     @Test func aPayloadOverTheBrokersLimitIsRefused() async throws {

@@ -91,6 +91,8 @@ enum FilterService {
         } else if judgement.announceRejection {
             work.emit(.locationRejected(judgement.decision), timeMs: raw.timeMs)
         }
+        // Health's accounting: accepted + rejected = fixes judged.
+        work.count(judgement.point == nil ? "rejected" : "accepted")
         work.processed()
         work.lag(work.nowMs - raw.receivedMs)
     }

@@ -1,0 +1,123 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+/// The five services, a broker with the product's logins and ACL, and a
+/// local sink, as real processes: the demo recording end to end.
+@Suite(.serialized) struct ConstellationTests {
+    static let device = "demo-van"
+
+    @Test func theDemoRecordingTellsItsStory() async throws {
+        let constellation = try Constellation(logins: true)
+        try await constellation.start()
+        defer { constellation.stop() }
+        let client = try await constellation.operatorClient()
+        let events = try await constellation.collector(["tracker/\(Self.device)/events"])
+        let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+            "url": .string("http://127.0.0.1:\(constellation.sinkPort)/points")]))
+        #expect(synced.ok, "\(synced)")
+        for line in try Fixtures.lines("demo-fences.jsonl") {
+            let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
+            let added = try await TestClient.command(client, device: Self.device, "addGeofence", args: fence)
+            #expect(added.ok, "\(added)")
+        }
+        let fixes = try Fixtures.lines("demo-drive.jsonl")
+        try await Replay.publish(fixes, device: Self.device, with: client)
+        try await constellation.waitJudged(Int64(fixes.count))
+
+        // Accounting: every fix has one decision, accepted or rejected.
+        let decisions = try await Replay.decisions(of: Self.device, with: client)
+        #expect(decisions.count == fixes.count, "\(decisions.count) decisions for \(fixes.count) fixes")
+        #expect(Set(decisions.map(\.seq)).count == decisions.count)
+        let accepted = decisions.filter(\.accepted)
+
+        // The track service stored every accepted point, and the sink got each.
+        try await Replay.waitCount(of: Self.device, accepted.count, with: client)
+        let sync = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
+        #expect(sync.ok, "\(sync)")
+        let sink = try constellation.sinkPoints()
+        let missing = accepted.filter { sink["\(Self.device):\($0.seq)"] == nil }
+        #expect(missing.isEmpty, "\(missing.count) accepted points missing at the sink")
+
+        // The story, in event time (the services publish independently):
+        // leaves the depot, reaches the customer, dwells (2 min), parks (the
+        // 5-min stop timeout), leaves, goes dark, passes the checkpoint.
+        let timeline = events.events().enumerated().sorted { ($0.element.timeMs, $0.offset) < ($1.element.timeMs, $1.offset) }.map(\.element)
+        let story = timeline.compactMap(Self.storyLine)
+        let expected = ["exit depot", "enter customer", "dwell customer", "motion stationary", "motion moving", "exit customer",
+                        "trackingGap", "enter checkpoint", "exit checkpoint"]
+        #expect(Self.contains(story, inOrder: expected), "story: \(story)")
+        #expect(story.filter { $0 == "trackingGap" }.count == 1, "story: \(story)")
+        #expect(story.filter { $0 == "dwell customer" }.count == 1, "story: \(story)")
+        // The dwell fires exactly its delay after the entry it follows.
+        let crossings = timeline.compactMap { event -> Crossing? in if case .geofence(let c) = event.body { c } else { nil } }
+        if let dwell = crossings.first(where: { $0.kind == .dwell }),
+           let entry = crossings.last(where: { $0.geofenceID == "customer" && $0.kind == .enter && $0.timeMs <= dwell.timeMs }) {
+            #expect(dwell.timeMs - entry.timeMs == 120_000)
+        }
+        await events.close()
+        await client.disconnect()
+    }
+
+    /// Whether `expected` appears in `lines` in this order (other lines between allowed).
+    static func contains(_ lines: [String], inOrder expected: [String]) -> Bool {
+        var next = 0
+        for line in lines where next < expected.count && line == expected[next] { next += 1 }
+        return next == expected.count
+    }
+
+    /// The events that tell the demo's story, one short line each.
+    static func storyLine(_ event: Event) -> String? {
+        switch event.body {
+        case .geofence(let crossing): "\(crossing.kind.rawValue) \(crossing.geofenceID)"
+        case .motionChange(let state, _): "motion \(state.rawValue)"
+        case .trackingGap: "trackingGap"
+        case .tripEnded: "tripEnded"
+        case .stopEnded: "stopEnded"
+        default: nil
+        }
+    }
+}
+
+/// Publishing a recording and reading back what the services made of it.
+enum Replay {
+    /// Publishes each fix at QoS 1, pipelined, and waits for every acknowledgement.
+    static func publish(_ lines: [String], device: String, with client: MQTTClient) async throws {
+        for line in lines {
+            while client.inFlight > 1_000 { await Task.yield() }
+            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", payload: Array(line.utf8)))
+        }
+        await client.drain(timeout: .seconds(60))
+        #expect(client.inFlight == 0)
+    }
+
+    struct DecisionRow: Decodable { var seq: Int64; var accepted: Bool; var reason: String }
+
+    /// The filter's whole decision log for the device, paged.
+    static func decisions(of device: String, with client: MQTTClient) async throws -> [DecisionRow] {
+        var rows: [DecisionRow] = []
+        while true {
+            let reply = try await TestClient.command(client, device: device, "getDecisions", args: .object([
+                "limit": .number(1_000), "offset": .number(Double(rows.count))]))
+            guard reply.ok, let result = reply.result else { throw TestSupportError("getDecisions: \(reply)") }
+            let page = try JSONCoding.decoder.decode([DecisionRow].self, from: JSONCoding.encode(result))
+            rows += page
+            if page.isEmpty || reply.nextOffset == nil && page.count < 1_000 { return rows }
+        }
+    }
+
+    /// Waits until the track service has stored `count` points for the device
+    /// (asking again after each reply: the service answers at once).
+    static func waitCount(of device: String, _ count: Int, with client: MQTTClient, timeout: Double = 60) async throws {
+        let deadline = ContinuousClock.now + .seconds(timeout)
+        var last = -1
+        while ContinuousClock.now < deadline {
+            let reply = try await TestClient.command(client, device: device, "getCount")
+            if case .number(let n)? = reply.result { last = Int(n) }
+            if last >= count { return }
+        }
+        throw TestSupportError("the track service stored \(last) of \(count) points")
+    }
+}
