@@ -9,8 +9,8 @@ struct Ctl {
     static let usage = """
         usage: trackerctl <command> [options]
           replay FILE --device ID [--speed N] [--rebase]   publish a JSON Lines or GPX recording
-          events [--device D] [--json] [--count N] [--timeout S]
-                                                           print events as they arrive
+          events [--device D] [--json] [--count N] [--timeout S] [--except TYPE,…]
+                                                           print events as they arrive (but those types)
           cmd DEVICE NAME [JSON-ARGS] [--timeout S] [--v311] send a command, print the reply
           health [--wait S]                                table of every service's health
           render DEVICE --session ID --out FILE.svg [--options JSON]
@@ -96,6 +96,7 @@ struct Ctl {
         let json = args.flag("--json")
         let count = try args.int("--count")
         let timeout = try args.double("--timeout")
+        let skipped = Set((args.value("--except") ?? "").split(separator: ",").map(String.init))
         try args.finish()
         if let device, DeviceID(allowingReserved: device) == nil { throw UsageError("--device: '\(device)' is not a valid device id") }
         let client = try await connection.connect(name: "events")
@@ -106,9 +107,11 @@ struct Ctl {
         }
         var seen = 0
         for await message in stream {
+            let event = try? JSONCoding.decoder.decode(Event.self, from: Data(message.payload))
+            if let event, skipped.contains(event.type) { continue }
             if json {
                 print(message.string)
-            } else if let event = try? JSONCoding.decoder.decode(Event.self, from: Data(message.payload)) {
+            } else if let event {
                 print(EventText.line(event))
             } else {
                 print("? \(message.topic) \(message.string)")
