@@ -1,6 +1,7 @@
 import Bus
 import Foundation
 import Model
+import Runtime
 
 struct UsageError: Error { let message: String; init(_ m: String) { message = m } }
 
@@ -59,7 +60,9 @@ struct Connection {
         guard let port = Int32(portText), (1...65_535).contains(port) else { throw UsageError("--port: expected 1…65535, got '\(portText)'") }
         self.port = port
         username = env["TRACKER_MQTT_USERNAME"]
-        password = env["TRACKER_MQTT_PASSWORD"]
+        password = try env["TRACKER_MQTT_PASSWORD"] ?? env["TRACKER_MQTT_PASSWORD_FILE"].map { path in
+            do { return try SettingsReader.password(fromFile: path) } catch { throw UsageError("\(error)") }
+        }
         topics = Topics(prefix: args.value("--prefix") ?? env["TRACKER_TOPIC_PREFIX"] ?? "tracker")
     }
 

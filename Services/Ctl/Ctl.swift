@@ -12,7 +12,8 @@ struct Ctl {
           events [--device D] [--json] [--count N] [--timeout S] [--except TYPE,…]
                                                            print events as they arrive (but those types)
           cmd DEVICE NAME [JSON-ARGS] [--timeout S] [--v311] send a command, print the reply
-          health [--wait S]                                table of every service's health
+          health [--wait S] [--check SERVICE]              table of every service's health; with --check,
+                                                           exit 0 only if SERVICE is online and fresh (a container health check)
           render DEVICE --session ID --out FILE.svg [--options JSON]
                                                            draw a built track (PNG beside it with rsvg-convert)
         common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX)
@@ -190,6 +191,7 @@ struct Ctl {
 
     static func health(_ args: inout Arguments, _ connection: Connection) async throws {
         let wait = try args.double("--wait") ?? 1
+        let check = args.value("--check")
         try args.finish()
         let client = try await connection.connect(name: "health")
         let collected = HealthBox()
@@ -202,6 +204,15 @@ struct Ctl {
         await client.disconnect()
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let rows = collected.all.sorted { $0.service < $1.service }
+        if let check {
+            guard let h = rows.first(where: { $0.service == check }) else { fail("\(check): no health published", code: 1) }
+            let age = Double(now - h.timeMs) / 1000, interval = Double(h.intervalMs ?? 5_000) / 1000
+            guard h.status == .online, age <= 2 * interval + 1 else {
+                fail("\(check): \(h.status.rawValue), last heard \(Int(age)) s ago (interval \(interval) s)", code: 1)
+            }
+            print("\(check): online, heard \(String(format: "%.1f", age)) s ago")
+            return
+        }
         if rows.isEmpty { print("no service has published health under \(connection.topics.prefix)/_health/"); exit(1) }
         print("SERVICE    STATUS   INSTANCE                 VERSION  PROCESSED  ERRORS  LAG_MS    QUEUE  AGE_S  NOTE")
         for h in rows {

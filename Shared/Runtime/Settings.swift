@@ -55,6 +55,10 @@ public final class SettingsReader {
     ]
 
     func applyEnvironment(_ environment: [String: String]) throws {
+        // A password from a file (a container's secret), so it is in no environment listing.
+        if let path = environment["TRACKER_MQTT_PASSWORD_FILE"], environment["TRACKER_MQTT_PASSWORD"] == nil {
+            values["mqttPassword"] = .string(try Self.password(fromFile: path))
+        }
         for (variable, key, numeric) in Self.environmentKeys {
             guard let raw = environment[variable] else { continue }
             if numeric {
@@ -64,6 +68,15 @@ public final class SettingsReader {
                 values[key] = .string(raw)
             }
         }
+    }
+
+    /// The first line of a password file.
+    public static func password(fromFile path: String) throws -> String {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8),
+              let line = text.split(whereSeparator: \.isNewline).first, !line.isEmpty else {
+            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read a password from \(path)")
+        }
+        return String(line)
     }
 
     public func string(_ key: String, default fallback: String) throws -> String {

@@ -1,0 +1,20 @@
+#!/bin/sh
+# Run once by compose (the `accounts` service, in the broker's image) before
+# anything else: makes a password for every account the deployment itself
+# needs, and the broker's password file, in the `accounts` volume. Existing
+# passwords are kept, so restarts and upgrades change nothing; device
+# accounts are added by the operator (see "Access control" in the README).
+set -eu
+dir=${ACCOUNTS_DIR:-/accounts}
+umask 077
+touch "$dir/passwords"
+for account in tracker-gateway tracker-filter tracker-motion tracker-track tracker-uploader trackerctl tracker-map; do
+  [ -s "$dir/$account" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=\n' > "$dir/$account"
+  secret=$(cat "$dir/$account")
+  mosquitto_passwd -b "$dir/passwords" "$account" "$secret"
+  # A service's output connection logs in as its twin, with the same password.
+  case $account in tracker-*) [ "$account" = tracker-map ] || mosquitto_passwd -b "$dir/passwords" "$account-out" "$secret" ;; esac
+done
+# The broker runs as the image's mosquitto user (uid 1883).
+chown 1883:1883 "$dir/passwords" 2>/dev/null || true
+echo "accounts: ready"
