@@ -37,7 +37,7 @@ public final class Constellation: @unchecked Sendable {
         self.passwords = passwords
         broker = try TestBroker(persistent: true,
                                 accounts: logins ? .init(passwords, aclFile: Self.root.appendingPathComponent("config/acl").path) : nil,
-                                messageSizeLimit: logins ? 262_144 : nil)
+                                messageSizeLimit: logins ? 2_097_152 : nil)
         var services: [String: ServiceHarness] = [:]
         for service in Self.services {
             var settings: [String: Any] = ["healthIntervalSec": 0.2]

@@ -18,7 +18,7 @@ import Testing
     init() throws {
         let acl = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("config/acl").path
-        broker = try TestBroker(accounts: .init(Self.passwords, aclFile: acl), messageSizeLimit: 262_144)
+        broker = try TestBroker(accounts: .init(Self.passwords, aclFile: acl), messageSizeLimit: 2_097_152)
         gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2],
                                      environment: ["TRACKER_MQTT_USERNAME": "tracker-gateway", "TRACKER_MQTT_PASSWORD": Self.passwords["tracker-gateway"]!])
         try gateway.start()
@@ -110,7 +110,7 @@ import Testing
 
     @Test func aPayloadOverTheBrokersLimitIsRefused() async throws {
         let a = try await login("devA")
-        let big = String(repeating: " ", count: 300_000) + fix(1_790_000_002)
+        let big = String(repeating: " ", count: 2_200_000) + fix(1_790_000_002)
         // Over the limit the broker refuses it (and the client library drops the connection, as above).
         await #expect(throws: (any Error).self) { try await a.publishAndWait(MQTTMessage(topic: "tracker/devA/fixes", string: big), timeout: .seconds(5)) }
         await a.disconnect()

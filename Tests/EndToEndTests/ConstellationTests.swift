@@ -94,15 +94,21 @@ enum Replay {
     }
 
     struct DecisionRow: Decodable { var seq: Int64; var accepted: Bool; var reason: String }
+    struct SeqRow: Decodable { var seq: Int64 }
 
-    /// The filter's whole decision log for the device, paged.
+    /// The filter's whole decision log for the device.
     static func decisions(of device: String, with client: MQTTClient) async throws -> [DecisionRow] {
-        var rows: [DecisionRow] = []
+        try await all("getDecisions", of: device, with: client)
+    }
+
+    /// Every row of a paged query (`getDecisions`, `getPoints` …) for the device.
+    static func all<Row: Decodable>(_ command: String, of device: String, with client: MQTTClient) async throws -> [Row] {
+        var rows: [Row] = []
         while true {
-            let reply = try await TestClient.command(client, device: device, "getDecisions", args: .object([
+            let reply = try await TestClient.command(client, device: device, command, args: .object([
                 "limit": .number(1_000), "offset": .number(Double(rows.count))]))
-            guard reply.ok, let result = reply.result else { throw TestSupportError("getDecisions: \(reply)") }
-            let page = try JSONCoding.decoder.decode([DecisionRow].self, from: JSONCoding.encode(result))
+            guard reply.ok, let result = reply.result else { throw TestSupportError("\(command): \(reply)") }
+            let page = try JSONCoding.decoder.decode([Row].self, from: JSONCoding.encode(result))
             rows += page
             if page.isEmpty || reply.nextOffset == nil && page.count < 1_000 { return rows }
         }
