@@ -1,5 +1,6 @@
 import Bus
 import Foundation
+import Synchronization
 import TestSupport
 
 /// A service that does nothing: it republishes every fix on `raw` unchanged,
@@ -50,5 +51,60 @@ enum Relay {
         let rate = try await Throughput.pump(broker, sink, payloads, leaf: "raw", count: count)
         try await stop(relay, points: false, broker)
         return rate
+    }
+
+    /// `tracker-bench relay-stage PORT NAME IN LEAF…`: a do-nothing stage of
+    /// the constellation, run as its own process with a persistent session:
+    /// every message on the filter IN is republished (QoS 1) on
+    /// `tracker/{device}/{leaf}` for each LEAF; with no LEAF it only counts.
+    /// Every 1,000 messages it says how many on `tracker/_bench/NAME`.
+    static func serveStage(port: Int32, name: String, input: String, leaves: [String]) async throws -> Never {
+        let client = try MQTTClient(MQTTOptions(port: port, clientID: "bench-stage-\(name)", cleanStart: false, sessionExpirySec: 600))
+        let seen = Mutex(0)
+        client.setHandler { [unowned client] message in
+            let device = message.topic.split(separator: "/")[1]
+            for leaf in leaves { try? client.publish(MQTTMessage(topic: "tracker/\(device)/\(leaf)", payload: message.payload)) }
+            let count = seen.withLock { $0 += 1; return $0 }
+            if count % 1_000 == 0 { try? client.publish(MQTTMessage(topic: "tracker/_bench/\(name)", string: "\(count)")) }
+        }
+        try await client.connect()
+        try await client.subscribe([input])
+        try await client.publishAndWait(MQTTMessage(topic: "tracker/_bench/\(name)", string: "0"))
+        while true { try await Task.sleep(for: .seconds(3600)) }
+    }
+
+    /// The product's hops and fan-out with nothing done at any of them:
+    /// fixes → raw (gateway), raw → points + events (filter), points read by
+    /// three (motion, track, uploader). Fixes/s until all three have them all.
+    static func measureConstellation(_ broker: TestBroker, count: Int) async throws -> Double {
+        let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
+        let stages = [("gateway", "tracker/+/fixes", ["raw"]), ("filter", "tracker/+/raw", ["points", "events"]),
+                      ("motion", "tracker/+/points", []), ("track", "tracker/+/points", []), ("uploader", "tracker/+/points", [])]
+        let progress = try await MessageCollector(port: broker.port, filters: ["tracker/_bench/+"])
+        let processes = try stages.map { name, input, leaves in
+            try ChildProcess(executable: executable, arguments: ["relay-stage", "\(broker.port)", name, input] + leaves,
+                             logFile: broker.directory.appendingPathComponent("stage-\(name).log").path)
+        }
+        try await progress.wait(description: "stages online") { Set($0.map(\.topic)).count == stages.count }
+        let publisher = try await TestClient.connect(port: broker.port)
+        let start = ContinuousClock.now
+        for i in 0..<count {
+            while publisher.inFlight > 2_000 { await Task.yield() }
+            try publisher.publish(MQTTMessage(topic: "tracker/relay\(i % 32)/fixes",
+                                              string: String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i / 32), 48.1, 11.5)))
+        }
+        let ends = ["motion", "track", "uploader"].map { "tracker/_bench/\($0)" }
+        try await progress.wait(timeout: 600, description: "every stage has every message") { messages in
+            ends.allSatisfy { end in messages.contains { $0.topic == end && Int($0.string) ?? 0 >= count } }
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        await publisher.disconnect()
+        await progress.close()
+        for (process, stage) in zip(processes, stages) {
+            process.kill(SIGKILL)
+            _ = process.wait(timeout: 5)
+            try await Throughput.forget(clientID: "bench-stage-\(stage.0)", broker, retainedHealth: nil)
+        }
+        return Double(count) / seconds
     }
 }

@@ -15,6 +15,10 @@ case "quality":
     try Quality.run(seeds: [1, 2, 3, 4, 5])
 case "relay" where arguments.count >= 2:
     try await Relay.serve(port: Int32(arguments[1])!, points: arguments.dropFirst(2).first == "points")
+case "relay-stage" where arguments.count >= 4:
+    try await Relay.serveStage(port: Int32(arguments[1])!, name: arguments[2], input: arguments[3], leaves: Array(arguments.dropFirst(4)))
+case "constellation":
+    try await ConstellationBench.run(count: count)
 case "demo-recording" where arguments.count == 2:
     try DemoRecording.write(to: arguments[1])
 case "picture" where arguments.count == 2:

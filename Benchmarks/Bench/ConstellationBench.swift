@@ -1,0 +1,149 @@
+import Bus
+import Foundation
+import Model
+import Synchronization
+import TestSupport
+
+/// `tracker-bench constellation [N]`: the whole product, five services and
+/// a local sink on one broker.
+/// - Throughput: N fixes of noisy drives (1,600 a device) in as fast as the
+///   broker acknowledges, until the track service has stored and the sink
+///   has received every accepted point; against the broker's QoS 1 ceiling
+///   (one publisher, one subscriber) measured on the same broker in the same run.
+/// - Latency from publish to the `location` event at 1,000 fixes/s and at
+///   half the measured throughput.
+/// - Each service's memory after the run (`constellation 1000000` for the
+///   issue's million fixes).
+enum ConstellationBench {
+    static func run(count: Int) async throws {
+        let quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
+        let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
+        var ceilings: [Double] = []
+        for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(constellation.broker, count: min(count, 50_000))) }
+        let ceiling = ceilings.sorted()[1]
+        // The same hops and fan-out with nothing done at any of them, on the same broker.
+        var relays: [Double] = []
+        for _ in 0..<3 { relays.append(try await Relay.measureConstellation(constellation.broker, count: min(count, 50_000) / 1_000 * 1_000)) }
+        let relay = relays.sorted()[1]
+        try await constellation.start()
+        defer { constellation.stop() }
+        let client = try await constellation.operatorClient()
+        _ = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+            "url": .string("http://127.0.0.1:\(constellation.sinkPort)/points"), "batchSize": .number(500)]))
+
+        // Twenty real-looking drives (seeds 1–20), repeated under other device ids as the fleet grows.
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).prefix(1_600).map(\.fix)) }
+        let devices = max(1, (count + 1_599) / 1_600)
+        let start = ContinuousClock.now
+        var sent = 0
+        for round in 0..<1_600 where sent < count {
+            for device in 0..<devices where sent < count {
+                let fix = drives[device % 20][round]
+                while client.inFlight > 2_000 { await Task.yield() }
+                try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: Self.json(fix)))
+                sent += 1
+            }
+        }
+        await client.drain(timeout: .seconds(3_600))
+        let published = (ContinuousClock.now - start).seconds
+        let judged = HealthFigure()
+        try await constellation.waitHealth("filter", timeout: 3_600, description: "every fix judged") { health in
+            let accepted = health.counters?["accepted"] ?? 0, rejected = health.counters?["rejected"] ?? 0
+            if accepted + rejected >= Int64(count) { judged.set(accepted); return true }
+            return false
+        }
+        let accepted = judged.value
+        let filtered = (ContinuousClock.now - start).seconds
+        try await constellation.waitHealth("track", timeout: 3_600, description: "every point stored") { $0.processed >= accepted }
+        let stored = (ContinuousClock.now - start).seconds
+        try await constellation.waitHealth("uploader", timeout: 3_600, description: "every point delivered") {
+            $0.processed >= accepted && $0.queueDepth == 0
+        }
+        let delivered = (ContinuousClock.now - start).seconds
+        let atSink = try constellation.sinkPoints().count
+        print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
+                     ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
+        print(String(format: "%d fixes over %d devices, %lld accepted: published in %.1f s, judged in %.1f s, stored in %.1f s, at the sink in %.1f s (%d distinct there)",
+                     count, devices, accepted, published, filtered, stored, delivered, atSink))
+        print(String(format: "do-nothing relays over the same hops and fan-out: %@ fixes/s, median %.0f (%.2f of the ceiling)",
+                     relays.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, relay, relay / ceiling))
+        let throughput = Double(count) / delivered
+        print(String(format: "end to end (fixes in until every accepted point is stored and at the sink): %.0f fixes/s, %.2f of the ceiling, %.2f of the relays; to the track store %.0f fixes/s",
+                     throughput, throughput / ceiling, throughput / relay, Double(count) / stored))
+
+        // LATENCY_RATES=a,b,…: other rates besides these two.
+        let extra = (ProcessInfo.processInfo.environment["LATENCY_RATES"] ?? "").split(separator: ",").compactMap { Int($0) }
+        for rate in [1_000, Int(throughput / 2)] + extra {
+            let (p50, p99, samples) = try await latency(constellation, rate: rate, seconds: 10, drives: drives, tag: "r\(rate)")
+            print(String(format: "latency publish → location event at %d fixes/s: p50 %.1f ms, p99 %.1f ms (%d events)", rate, p50, p99, samples))
+        }
+        for service in Constellation.services {
+            let memory = constellation.services[service]!.process?.memory
+            print(String(format: "  %@: peak RSS %.1f MB (now %.1f MB, %.1f MB its own, the rest shared libraries)", service as NSString,
+                         Double(memory?.peak ?? 0) / 1_048_576, Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576))
+        }
+        await client.disconnect()
+    }
+
+    /// Fixes paced at `rate` a second over 20 fresh devices; the time from
+    /// each publish to its `location` event (a device's k-th fix gets seq k).
+    static func latency(_ constellation: Constellation, rate: Int, seconds: Int, drives: [[DeviceFix]], tag: String) async throws
+        -> (p50: Double, p99: Double, samples: Int) {
+        let client = try await constellation.operatorClient()
+        let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
+        let latencies = Mutex<[Double]>([])
+        let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
+        let rawLatencies = Mutex<[Double]>([])
+        events.setHandler { message in
+            let received = ContinuousClock.now
+            if message.topic.hasSuffix("/raw") {
+                // The gateway's hop alone: its raw fix carries the seq.
+                if let raw = try? JSONCoding.decoder.decode(RawFix.self, from: Data(message.payload)),
+                   let sent = sentAt.withLock({ $0["\(message.topic.split(separator: "/")[1]):\(raw.seq)"] }) {
+                    rawLatencies.withLock { $0.append((received - sent).seconds * 1_000) }
+                }
+                return
+            }
+            guard let event = try? JSONCoding.decoder.decode(Event.self, from: Data(message.payload)),
+                  case .location(let point) = event.body,
+                  let sent = sentAt.withLock({ $0["\(event.device.rawValue):\(point.seq)"] }) else { return }
+            latencies.withLock { $0.append((received - sent).seconds * 1_000) }
+        }
+        try await events.connect()
+        try await events.subscribe(["tracker/+/events"] + (ProcessInfo.processInfo.environment["LATENCY_HOPS"] != nil ? ["tracker/+/raw"] : []))
+        let start = ContinuousClock.now
+        let total = rate * seconds
+        for i in 0..<total {
+            let due = start + .microseconds(Int64(i) * 1_000_000 / Int64(rate))
+            if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
+            let device = "\(tag)-\(i % 20)", k = i / 20
+            sentAt.withLock { $0["\(device):\(k + 1)"] = ContinuousClock.now }
+            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", string: Self.json(drives[i % 20][k % 1_600])))
+        }
+        await client.drain(timeout: .seconds(60))
+        // The last events trail the last publish by the pipeline's latency.
+        try await Task.sleep(for: .seconds(2))
+        await events.disconnect()
+        await client.disconnect()
+        let raw = rawLatencies.withLock { $0 }.sorted()
+        if !raw.isEmpty { print(String(format: "  publish → raw (the gateway's hop) at %d fixes/s: p50 %.1f ms, p99 %.1f ms", rate, raw[raw.count / 2], raw[raw.count * 99 / 100])) }
+        let sorted = latencies.withLock { $0 }.sorted()
+        guard !sorted.isEmpty else { return (0, 0, 0) }
+        return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)], sorted.count)
+    }
+
+    static func json(_ fix: DeviceFix) -> String {
+        var line = String(format: #"{"t":%.0f,"lat":%.7f,"lon":%.7f,"acc":%.1f"#, fix.t, fix.lat, fix.lon, fix.acc)
+        if let speed = fix.speed { line += String(format: #","speed":%.2f"#, speed) }
+        if let course = fix.course { line += String(format: #","course":%.1f"#, course) }
+        return line + "}"
+    }
+}
+
+/// A figure set inside a health condition and read after the wait.
+final class HealthFigure: Sendable {
+    private let state = Mutex<Int64>(0)
+    func set(_ value: Int64) { state.withLock { $0 = value } }
+    var value: Int64 { state.withLock { $0 } }
+}
