@@ -49,15 +49,17 @@ enum HostBench {
             let core = FilterCore()
             return Routes(
                 inputs: [.sequenced("raw", decode: { try RawFix(flat: $0) ?? JSONCoding.decoder.decode(RawFix.self, from: Data($0)) }) { raw, work in
-                    let j = core.handle(raw, row: &work.row, rejectionEvents: .all)
-                    try work.append(to: decisions, seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, body: Array(JSONCoding.encode(j.decision)))
-                    try work.append(to: judged, seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, body: Array(JSONCoding.encode(j.judged)))
-                    if let point = j.point {
-                        try work.send(seq: raw.seq, sessionID: raw.sessionID, timeMs: point.timeMs,
-                                      body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch))))
-                        work.emit(.location(point), timeMs: point.timeMs)
-                    } else {
-                        work.emit(.locationRejected(j.decision), timeMs: raw.timeMs)
+                    for j in core.handle(raw, row: &work.row, rejectionEvents: .all) {
+                        let fix = j.judged.fix
+                        try work.append(to: decisions, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, body: Array(JSONCoding.encode(j.decision)))
+                        try work.append(to: judged, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, body: Array(JSONCoding.encode(j.judged)))
+                        if let point = j.point {
+                            try work.send(seq: fix.seq, sessionID: fix.sessionID, timeMs: point.timeMs,
+                                          body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch))))
+                            work.emit(.location(point), timeMs: point.timeMs)
+                        } else {
+                            work.emit(.locationRejected(j.decision), timeMs: fix.timeMs)
+                        }
                     }
                 }],
                 commands: [CommandRoute("getDecisions") { _, _ in 0 }, CommandRoute("getRawPoints") { _, _ in 0 }],

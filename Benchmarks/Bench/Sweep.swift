@@ -17,7 +17,11 @@ enum Sweep {
             NoiseVariant("ρ 0.8" + suffix, correlation: 0.8, withSpeed: withSpeed),
             NoiseVariant("5 % jumps" + suffix, jumpProbability: 0.05, withSpeed: withSpeed),
             NoiseVariant("every 5 s" + suffix, every: 5, withSpeed: withSpeed),
+            NoiseVariant("every 10 s" + suffix, every: 10, withSpeed: withSpeed),
             NoiseVariant("every 15 s" + suffix, every: 15, withSpeed: withSpeed),
+            // A phone's error is correlated over ~10 s, and multipath comes in bursts of seconds.
+            NoiseVariant("phone τ10s" + suffix, correlation: 0.9, jumpProbability: 0.01, withSpeed: withSpeed, jumpBurst: 3...8),
+            NoiseVariant("phone τ10s 10 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 10, withSpeed: withSpeed, jumpBurst: 3...8),
         ]
     }
 
@@ -37,9 +41,10 @@ enum Sweep {
             }
             let lengths = scores.map { $0.lengthError * 100 }
             func mean(_ xs: [Double]) -> Double { xs.reduce(0, +) / Double(xs.count) }
-            print(String(format: "%-22@ length mean %+5.1f %% |worst| %4.1f %%  jumps min %5.1f %%  clean outliers max %4.2f %%  RMSE ratio mean %.2f max %.2f",
-                         variant.name as NSString, mean(lengths), lengths.map(abs).max() ?? 0,
-                         (scores.map(\.jumpRejection).min() ?? 0) * 100, (scores.map(\.cleanOutlierRate).max() ?? 0) * 100,
+            let odometers = scores.map { $0.odometerError * 100 }
+            print(String(format: "%-24@ line %+5.1f %% |worst| %4.1f  odometer %+5.1f %% |worst| %4.1f  jumps through max %4.2f %% of points  clean outliers max %4.2f %%  RMSE ratio mean %.2f max %.2f",
+                         variant.name as NSString, mean(lengths), lengths.map(abs).max() ?? 0, mean(odometers), odometers.map(abs).max() ?? 0,
+                         (scores.map(\.jumpsThrough).max() ?? 0) * 100, (scores.map(\.cleanOutlierRate).max() ?? 0) * 100,
                          mean(scores.map(\.rmseRatio)), scores.map(\.rmseRatio).max() ?? 0))
         }
     }

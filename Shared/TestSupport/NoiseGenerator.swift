@@ -39,6 +39,8 @@ public struct NoiseGenerator: Sendable {
     public var tunnelGapSec = 90.0
     /// Error correlation from one second to the next.
     public var correlation = 0.3
+    /// How many fixes in a row a multipath jump lasts.
+    public var jumpBurst = 1...3
 
     public init(seed: UInt64) { self.seed = seed }
 
@@ -67,7 +69,7 @@ public struct NoiseGenerator: Sendable {
 
             var isJump = false
             if jumpLeft == 0, Double.random(in: 0..<1, using: &rng) < jumpProbability {
-                jumpLeft = Int.random(in: 1...3, using: &rng)
+                jumpLeft = Int.random(in: jumpBurst, using: &rng)
                 let distance = Double.random(in: 80...400, using: &rng)
                 let angle = Double.random(in: 0..<(2 * .pi), using: &rng)
                 jumpOffset = (distance * cos(angle), distance * sin(angle))
@@ -130,13 +132,16 @@ public struct NoiseVariant: Sendable {
     public var jumpProbability = 0.02
     public var every = 1
     public var withSpeed = true
+    public var jumpBurst = 1...3
 
-    public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true) {
+    public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true,
+                jumpBurst: ClosedRange<Int> = 1...3) {
         self.name = name
         self.correlation = correlation
         self.jumpProbability = jumpProbability
         self.every = every
         self.withSpeed = withSpeed
+        self.jumpBurst = jumpBurst
     }
 
     /// The noisy fixes for `seed`, and the yardstick: the truth sampled the same way.
@@ -144,6 +149,7 @@ public struct NoiseVariant: Sendable {
         var generator = NoiseGenerator(seed: seed)
         generator.correlation = correlation
         generator.jumpProbability = jumpProbability
+        generator.jumpBurst = jumpBurst
         let samples = generator.apply(to: truth).enumerated().filter { $0.offset % every == 0 }.map { _, sample in
             var sample = sample
             if !withSpeed { sample.fix.speed = nil; sample.fix.course = nil }

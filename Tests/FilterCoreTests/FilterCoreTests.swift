@@ -83,7 +83,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     @Test func everyReasonIsSnakeCaseAndStable() {
         #expect(RejectReason.allCases.map(\.rawValue) == [
             "invalid_fix", "duplicate", "out_of_order", "stale", "repeated_position", "accuracy_too_low", "implied_speed",
-            "innovation_outlier", "stationary_drift", "min_spacing",
+            "innovation_outlier", "stationary_drift", "min_spacing", "isolated_jump",
         ])
     }
 }

@@ -67,33 +67,47 @@ enum FilterService {
                 outbox: OutboxRoute(log: store.points) { $0.points($1) },
                 retention: [LogRetention(store.decisions, keepPerDevice: keep, maxTotal: total),
                             LogRetention(store.judged, keepPerDevice: keep, maxTotal: total),
-                            LogRetention(store.points, keepPerDevice: keep, maxTotal: total)])
+                            LogRetention(store.points, keepPerDevice: keep, maxTotal: total)],
+                // A held sparse fix whose next fix has not come within the profile's look-ahead is judged alone.
+                sweep: settings.profile.lookAhead ? SweepRoute(every: .seconds(1), candidates: { nowMs in
+                    try store.heldSince(nowMs - settings.profile.lookAheadMs)
+                }, apply: { work in
+                    try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
+                }) : nil)
         }
     }
 
     private static func judge(_ raw: RawFix, _ work: Work<FilterRow>, core: FilterCore, store: FilterStore,
                               settings: FilterSettings) throws {
-        let judgement = core.handle(raw, row: &work.row, rejectionEvents: settings.rejectionEvents)
-        if settings.decisionLog {
-            try work.append(to: store.decisions, seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs,
-                            body: Array(JSONCoding.encode(judgement.decision)))
-        }
-        if settings.rawPoints {
-            try work.append(to: store.judged, seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs,
-                            body: Array(JSONCoding.encode(judgement.judged)))
-        }
-        if let point = judgement.point {
-            try work.send(seq: raw.seq, sessionID: raw.sessionID, timeMs: point.timeMs,
-                          body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: MeasuredFix(
-                              latitude: raw.latitude, longitude: raw.longitude, accuracyM: raw.accuracyM,
-                              speedMps: raw.speedMps, courseDeg: raw.courseDeg)))))
-            work.emit(.location(point), timeMs: point.timeMs)
-        } else if judgement.announceRejection {
-            work.emit(.locationRejected(judgement.decision), timeMs: raw.timeMs)
-        }
-        // Health's accounting: accepted + rejected = fixes judged.
-        work.count(judgement.point == nil ? "rejected" : "accepted")
+        try record(core.handle(raw, row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
         work.processed()
         work.lag(work.nowMs - raw.receivedMs)
+    }
+
+    /// Logs, publishes and counts what was judged (with look-ahead, a fix
+    /// judged late comes before the one that decided it).
+    private static func record(_ judgements: [Judgement], _ work: Work<FilterRow>, store: FilterStore, settings: FilterSettings) throws {
+        for judgement in judgements {
+            let fix = judgement.judged.fix
+            if settings.decisionLog {
+                try work.append(to: store.decisions, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
+                                body: Array(JSONCoding.encode(judgement.decision)))
+            }
+            if settings.rawPoints {
+                try work.append(to: store.judged, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
+                                body: Array(JSONCoding.encode(judgement.judged)))
+            }
+            if let point = judgement.point {
+                try work.send(seq: fix.seq, sessionID: fix.sessionID, timeMs: point.timeMs,
+                              body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch,
+                                                                         measured: fix.reading))))
+                work.emit(.location(point), timeMs: point.timeMs)
+            } else if judgement.announceRejection {
+                work.emit(.locationRejected(judgement.decision), timeMs: fix.timeMs)
+            }
+            // Health's accounting: accepted + rejected = fixes judged.
+            work.count(judgement.point == nil ? "rejected" : "accepted")
+        }
+        try store.noteHeld(work.device, holding: work.row.state.pending != nil, nowMs: work.nowMs)
     }
 }

@@ -40,11 +40,32 @@ final class FilterStore {
             ALTER TABLE points ADD COLUMN sessionID TEXT;
             ALTER TABLE points ADD COLUMN timeMs INTEGER;
             """),
+        // Devices with a sparse fix held for the next one (look-ahead), and since when (wall clock).
+        ("4-held", "CREATE TABLE held (device TEXT PRIMARY KEY, sinceMs INTEGER NOT NULL) WITHOUT ROWID;"),
     ]
 
+    let db: Database
+
     init(db: Database) throws {
+        self.db = db
         decisions = try DeviceLog(db: db, table: "decisions")
         judged = try DeviceLog(db: db, table: "judged")
         points = try DeviceLog(db: db, table: "points")
+    }
+
+    /// Notes whether the device holds a fix now; a new hold starts its clock.
+    func noteHeld(_ device: DeviceID, holding: Bool, nowMs: Int64) throws {
+        if holding {
+            try db.run("INSERT OR IGNORE INTO held (device, sinceMs) VALUES (?, ?)", .text(device.rawValue), .integer(nowMs))
+        } else {
+            try db.run("DELETE FROM held WHERE device = ?", .text(device.rawValue))
+        }
+    }
+
+    /// Devices whose held fix has waited since `beforeMs` or longer.
+    func heldSince(_ beforeMs: Int64) throws -> [DeviceID] {
+        try db.query("SELECT device FROM held WHERE sinceMs <= ? ORDER BY sinceMs LIMIT 10000", [.integer(beforeMs)]) {
+            DeviceID($0.string(0))
+        }.compactMap { $0 }
     }
 }

@@ -35,6 +35,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var standingRun: StandingRun?
     /// The previous fix's position, to spot a cached fix re-reported.
     public var previousPosition: Position?
+    /// A sparse fix held back until the next one tells a jump from a turn.
+    public var pending: FilterInput?
 
     public init() {}
 
@@ -79,7 +81,7 @@ extension DeviceFilterState {
 
 /// A fix as the filter sees it (`fix.latitude` reads its `reading`).
 @dynamicMemberLookup
-public struct FilterInput: Sendable, Equatable {
+public struct FilterInput: Codable, Sendable, Equatable {
     public var seq: Int64
     public var sessionID: String?
     public var timeMs: Int64
@@ -354,7 +356,7 @@ public struct FilterCore: Sendable {
 
     /// The filter moved `dt` ahead under process noise `q`, and the fix's
     /// statistical distance from it.
-    private func predicted(_ state: DeviceFilterState, dt: Double, q: Double, x: Double, y: Double, r: Double)
+    func predicted(_ state: DeviceFilterState, dt: Double, q: Double, x: Double, y: Double, r: Double)
         -> (east: AxisFilter, north: AxisFilter, mahalanobis: Double) {
         var east = state.east!, north = state.north!
         east.predict(dt: dt, q: q)
@@ -501,7 +503,7 @@ public struct FilterCore: Sendable {
                        point: point, rejection: nil)
     }
 
-    private func reject(_ fix: FilterInput, _ reason: RejectReason, state: DeviceFilterState,
+    func reject(_ fix: FilterInput, _ reason: RejectReason, state: DeviceFilterState,
                         measured: Double? = nil, limit: Double? = nil) -> Verdict {
         Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: false, reason: reason.rawValue,
                                    estimate: estimate(state), measured: measured, limit: limit),

@@ -83,11 +83,20 @@ public struct Judgement: Sendable, Equatable {
 }
 
 extension FilterCore {
-    /// Judges one raw fix against the device's row.
-    public func handle(_ raw: RawFix, row: inout FilterRow, rejectionEvents: RejectionEvents) -> Judgement {
-        let input = FilterInput(raw)
-        let verdict = judge(input, state: &row.state)
-        let judged = JudgedPoint(fix: input, accepted: verdict.decision.accepted, reason: verdict.decision.reason)
+    /// Judges one raw fix against the device's row: the judgements now due,
+    /// in fix order (a sparse fix may be held for the next, see `submit`).
+    public func handle(_ raw: RawFix, row: inout FilterRow, rejectionEvents: RejectionEvents) -> [Judgement] {
+        submit(FilterInput(raw), state: &row.state).map { judgement($0, row: &row, rejectionEvents: rejectionEvents) }
+    }
+
+    /// The judgement of a held fix whose next fix has not come in time.
+    public func release(row: inout FilterRow, rejectionEvents: RejectionEvents) -> [Judgement] {
+        flush(state: &row.state).map { judgement($0, row: &row, rejectionEvents: rejectionEvents) }
+    }
+
+    private func judgement(_ due: Judged, row: inout FilterRow, rejectionEvents: RejectionEvents) -> Judgement {
+        let verdict = due.verdict
+        let judged = JudgedPoint(fix: due.fix, accepted: verdict.decision.accepted, reason: verdict.decision.reason)
         var announce = false
         if verdict.point == nil {
             switch rejectionEvents {

@@ -24,6 +24,10 @@ public struct FilterProfile: Sendable, Equatable {
     public var staleAfterMs: Int64
     /// Consecutive, mutually consistent outliers after which the filter trusts them and restarts.
     public var reinitializeAfter: Int
+    /// How long a sparse fix far off the prediction may wait for the next
+    /// fix before it is judged alone (wall clock, ms); 0 judges every fix at once.
+    public var lookAheadMs: Int64 = 30_000
+    public var lookAhead: Bool { lookAheadMs > 0 }
 
     public static func named(_ name: Name) -> FilterProfile {
         switch name {
@@ -65,7 +69,10 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     case stationaryDrift = "stationary_drift"
     /// Closer to the previous accepted point than the minimum spacing.
     case minSpacing = "min_spacing"
+    /// A sparse fix far off the prediction that the next fix did not follow:
+    /// a jump, not a turn (decided one fix late, see `lookAheadMs`).
+    case isolatedJump = "isolated_jump"
 
     /// Outlier reasons: the fix is believed wrong, not merely redundant.
-    public var isOutlier: Bool { self == .impliedSpeed || self == .innovationOutlier }
+    public var isOutlier: Bool { self == .impliedSpeed || self == .innovationOutlier || self == .isolatedJump }
 }

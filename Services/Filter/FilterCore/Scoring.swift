@@ -5,6 +5,8 @@ public struct FilterScore: Sendable, CustomStringConvertible {
     public var truthLengthM: Double
     public var rawLengthM: Double
     public var acceptedLengthM: Double
+    /// The filter's odometer at the last accepted point.
+    public var odometerM: Double
     public var jumps: Int
     public var jumpsRejected: Int
     public var cleanFixes: Int
@@ -15,13 +17,16 @@ public struct FilterScore: Sendable, CustomStringConvertible {
     public var reasons: [String: Int]
 
     public var lengthError: Double { acceptedLengthM / truthLengthM - 1 }
+    public var odometerError: Double { odometerM / truthLengthM - 1 }
+    /// Jumps that got through, as a share of all accepted points.
+    public var jumpsThrough: Double { accepted == 0 ? 0 : Double(jumps - jumpsRejected) / Double(accepted) }
     public var jumpRejection: Double { jumps == 0 ? 1 : Double(jumpsRejected) / Double(jumps) }
     public var cleanOutlierRate: Double { cleanFixes == 0 ? 0 : Double(cleanRejectedAsOutliers) / Double(cleanFixes) }
     public var rmseRatio: Double { filteredRMSE / rawRMSE }
 
     public var description: String {
-        String(format: "length %.0f m vs truth %.0f m (%+.1f %%; raw %+.0f %%), jumps rejected %d/%d (%.1f %%), clean rejected as outliers %d/%d (%.2f %%), RMSE %.1f m vs raw %.1f m (ratio %.2f), accepted %d",
-               acceptedLengthM, truthLengthM, lengthError * 100, (rawLengthM / truthLengthM - 1) * 100, jumpsRejected, jumps,
+        String(format: "length %.0f m vs truth %.0f m (%+.1f %%; odometer %+.1f %%; raw %+.0f %%), jumps rejected %d/%d (%.1f %%), clean rejected as outliers %d/%d (%.2f %%), RMSE %.1f m vs raw %.1f m (ratio %.2f), accepted %d",
+               acceptedLengthM, truthLengthM, lengthError * 100, odometerError * 100, (rawLengthM / truthLengthM - 1) * 100, jumpsRejected, jumps,
                jumpRejection * 100, cleanRejectedAsOutliers, cleanFixes, cleanOutlierRate * 100, filteredRMSE, rawRMSE, rmseRatio, accepted)
             + " reasons \(reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
     }
@@ -34,8 +39,17 @@ public struct FilterScore: Sendable, CustomStringConvertible {
         var jumps = 0, jumpsRejected = 0, clean = 0, cleanOutliers = 0
         var rawSquares = 0.0, filteredSquares = 0.0, filteredCount = 0
         var reasons: [String: Int] = [:]
-        for sample in fixes {
-            let verdict = core.judge(sample.fix, state: &state)
+        var odometer = 0.0
+        // Verdicts may come one fix late (look-ahead): matched to their fix by seq.
+        var verdicts: [(Verdict, Int)] = []
+        for (i, sample) in fixes.enumerated() {
+            var input = sample.fix
+            input.seq = Int64(i + 1)
+            verdicts += core.submit(input, state: &state).map { ($0.verdict, Int($0.fix.seq) - 1) }
+        }
+        verdicts += core.flush(state: &state).map { ($0.verdict, Int($0.fix.seq) - 1) }
+        for (verdict, index) in verdicts {
+            let sample = fixes[index]
             reasons[verdict.decision.reason, default: 0] += 1
             if sample.isJump {
                 jumps += 1
@@ -48,6 +62,7 @@ public struct FilterScore: Sendable, CustomStringConvertible {
             }
             if let p = verdict.point {
                 points.append((p.latitude, p.longitude))
+                odometer = p.odometerM
                 let e = Geodesy.distance(p.latitude, p.longitude, sample.truthLat, sample.truthLon)
                 filteredSquares += e * e
                 filteredCount += 1
@@ -56,7 +71,7 @@ public struct FilterScore: Sendable, CustomStringConvertible {
         return FilterScore(
             truthLengthM: Geodesy.pathLength(truthPath),
             rawLengthM: Geodesy.pathLength(fixes.map { ($0.fix.latitude, $0.fix.longitude) }),
-            acceptedLengthM: Geodesy.pathLength(points), jumps: jumps, jumpsRejected: jumpsRejected,
+            acceptedLengthM: Geodesy.pathLength(points), odometerM: odometer, jumps: jumps, jumpsRejected: jumpsRejected,
             cleanFixes: clean, cleanRejectedAsOutliers: cleanOutliers,
             rawRMSE: (rawSquares / Double(max(1, clean))).squareRoot(),
             filteredRMSE: (filteredSquares / Double(max(1, filteredCount))).squareRoot(),

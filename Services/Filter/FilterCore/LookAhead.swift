@@ -1,0 +1,115 @@
+import Foundation
+import Model
+
+/// One fix of look-ahead for sparse fixes. Ten seconds apart, a multipath
+/// jump of a few hundred metres and a turn look alike to a filter that only
+/// knows the past: both land far off the prediction, within what a vehicle
+/// could have done since. The next fix tells them apart — after a turn the
+/// device carries on from the new place, after a jump it is back where the
+/// old track leads. So a sparse fix is held until the next fix (or `flush`,
+/// after the profile's `lookAheadMs`), then judged with it: its point and
+/// event come one fix interval late, still stamped with its own time. Fixes
+/// seconds apart (where the innovation gate already tells) are judged at once.
+/// A verdict with the fix it judges (with look-ahead it may be an earlier one).
+public struct Judged: Sendable, Equatable {
+    public var fix: FilterInput
+    public var verdict: Verdict
+}
+
+extension FilterCore {
+    /// Fixes closer together than this are judged at once (every 5 s the
+    /// look-ahead cost more good fixes than the jumps it caught).
+    static let lookAheadMinGapMs: Int64 = 8_000
+    /// How often a sparse fix is a multipath jump, before looking at it.
+    static let jumpPrior = 0.03
+    /// How far from the truth a jump may land (m).
+    static let jumpRadiusM = 400.0
+    /// A held fix beyond this many standard deviations of the track is "off it".
+    static let offTrackSigma = 1.0
+    /// The next fix within this many standard deviations of the old track is "back on it".
+    static let backOnTrackSigma = 3.0
+    /// The stories are told with a steady vehicle's process noise, this many
+    /// times the profile's, not grown with the gap as the filter's own is
+    /// (grown, it makes any landing point within hundreds of metres plausible).
+    static let storyQFactor = 3.0
+
+    /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
+    /// is held), one, or two (a held fix and this one).
+    public func submit(_ fix: FilterInput, state: inout DeviceFilterState) -> [Judged] {
+        var due: [Judged] = []
+        if let held = state.pending {
+            state.pending = nil
+            due.append(Judged(fix: held, verdict: resolve(held, next: fix, state: &state)))
+        }
+        if profile.lookAhead, waitsForNext(fix, state: state) {
+            state.pending = fix
+            return due
+        }
+        due.append(Judged(fix: fix, verdict: judge(fix, state: &state)))
+        return due
+    }
+
+    /// The held fix's verdict when no next fix is coming (silence, a session's end).
+    public func flush(state: inout DeviceFilterState) -> [Judged] {
+        guard let held = state.pending else { return [] }
+        state.pending = nil
+        return [Judged(fix: held, verdict: judge(held, state: &state))]
+    }
+
+    /// A sparse fix the filter would accept, whose next fix is due within the
+    /// look-ahead (a device that reports less often gains nothing by waiting).
+    private func waitsForNext(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
+        // Sparse: far from the filter's last update. Worth waiting: the device
+        // reports at least every `lookAheadMs`, so the next fix is due in time.
+        let gap = fix.timeMs - state.filterTimeMs, interval = fix.timeMs - (state.newestMs ?? state.filterTimeMs)
+        guard state.east != nil, state.stationaryAnchor == nil, state.externalMotion != .stationary,
+              gap >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return false }
+        var trial = state
+        return judge(fix, state: &trial).point != nil
+    }
+
+    /// Judges a held fix knowing the fix after it.
+    private func resolve(_ held: FilterInput, next: FilterInput, state: inout DeviceFilterState) -> Verdict {
+        var through = state
+        let verdict = judge(held, state: &through)
+        guard verdict.point != nil else { state = through; return verdict }
+        var without = state
+        without.newestMs = held.timeMs
+        without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
+        // Two stories for the pair. True: the held fix fits the prediction as
+        // it does, and the next fits the track through it. Jump: the held fix
+        // is anywhere a reflection puts it (a disc of `jumpRadiusM`), and the
+        // next fits the track without it. The likelier story wins, with a
+        // prior of `jumpPrior` for a jump, once the next fix is back on the old track.
+        if let heldFit = fit(held, state: state), let withHeld = fit(next, state: through), let withoutHeld = fit(next, state: without) {
+            let trueStory = log(1 - Self.jumpPrior) + heldFit.logLikelihood + withHeld.logLikelihood
+            let jumpStory = log(Self.jumpPrior) - log(.pi * Self.jumpRadiusM * Self.jumpRadiusM) + withoutHeld.logLikelihood
+            // Only a held fix off the track can be a jump, and only when the next
+            // fix is back on it: a next fix that surprises both stories (a sharp
+            // turn after the held fix, another jump) tells nothing.
+            if heldFit.distance > Self.offTrackSigma, withoutHeld.distance <= Self.backOnTrackSigma, jumpStory > trueStory {
+                // The decision log's measured/limit: the next fix's distance through the held one, and without it.
+                state = without
+                return reject(held, .isolatedJump, state: state, measured: withHeld.distance, limit: withoutHeld.distance)
+            }
+        }
+        state = through
+        return verdict
+    }
+
+    /// The fix's fit to the prediction: its distance in standard deviations and
+    /// its Gaussian log-likelihood (both axes).
+    func fit(_ fix: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
+        guard let frame = state.frame, state.east != nil, fix.timeMs > state.filterTimeMs else { return nil }
+        let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
+        let accuracy = fix.accuracyM == 0 ? Self.unknownAccuracyM : fix.accuracyM
+        let sigma = max(Self.minimumSigmaM, accuracy * Self.accuracyToSigma)
+        let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
+        let q = profile.movingQ * Self.storyQFactor * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
+        let r = sigma * sigma
+        let (east, north, distance) = predicted(state, dt: dt, q: q, x: x, y: y, r: r)
+        let spread: Double = east.innovation(x, r: r).s * north.innovation(y, r: r).s
+        let logLikelihood: Double = -distance * distance / 2 - log(2 * Double.pi) - log(spread) / 2
+        return (distance, logLikelihood)
+    }
+}

@@ -1,0 +1,57 @@
+import Bus
+@testable import Filter
+import FilterCore
+import Foundation
+import Logging
+import Model
+@testable import Runtime
+import TestSupport
+import Testing
+
+/// The filter service's look-ahead on the host, in process, on a manual
+/// clock: a sparse fix waits for the next one, and no longer than the
+/// profile's `lookAheadMs` when none comes.
+@Suite struct FilterHostTests {
+    let bus = RecordingBus()
+    let clock = ManualClock()
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("filter-\(UUID().uuidString).sqlite").path
+    let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
+    let t0: Int64 = 1_790_000_000_000
+
+    func host() throws -> ServiceHost<FilterRow> {
+        try ServiceHost(FilterService.definition(try FilterSettings(SettingsReader(values: [:], source: "test"))),
+                        databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                        counters: HealthCounters(), clock: clock)
+    }
+
+    func raw(_ seq: Int64, t: Double, y: Double) -> MQTTMessage {
+        let (lat, lon) = frame.toGeo(x: 0, y: y)
+        let fix = RawFix(device: DeviceID("van1")!, seq: seq, sessionID: "s", timeMs: t0 + Int64(t * 1000), receivedMs: t0,
+                         source: .device, latitude: lat, longitude: lon, accuracyM: 10, speedMps: 12, courseDeg: 0)
+        return MQTTMessage(topic: "tracker/van1/raw", payload: Array(JSONCoding.encode(fix)))
+    }
+
+    func pointSeqs() -> [Int64] {
+        bus.messages.filter { $0.topic == "tracker/van1/points" }.compactMap { try? JSONCoding.decoder.decode(PointMessage.self, from: Data($0.payload)).point.seq }
+    }
+
+    @Test func aHeldFixIsReleasedByTheNextOrAfterTheLookAhead() throws {
+        var filter: ServiceHost<FilterRow>? = try host()
+        // A fix every 10 s: each waits for the next.
+        for i in 0..<4 { filter!.receive(raw(Int64(i + 1), t: Double(i) * 10, y: Double(i) * 120)) }
+        #expect(filter!.commit())
+        #expect(pointSeqs() == [1, 2, 3], "the fourth waits for the fifth")
+        // A restart keeps the held fix.
+        filter = nil
+        filter = try host()
+        clock.advance(by: .seconds(29))
+        filter!.tick()
+        #expect(filter!.commit())
+        #expect(pointSeqs() == [1, 2, 3])
+        // No fifth fix within the look-ahead: judged alone.
+        clock.advance(by: .seconds(2))
+        filter!.tick()
+        #expect(filter!.commit())
+        #expect(pointSeqs() == [1, 2, 3, 4])
+    }
+}
