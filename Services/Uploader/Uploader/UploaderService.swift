@@ -44,7 +44,8 @@ enum UploaderService {
                         // In the batch that records the point's seq: queued exactly once.
                         try store.enqueue(message)
                         work.processed()
-                        worker.wake()
+                        // Once committed the worker can see it: health counts it, a pass sends it.
+                        work.afterCommit { worker.noteQueued() }
                     },
                 ],
                 commands: [

@@ -370,6 +370,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 }
             case .reply(let command, let reply): publish(CommandReplyMessage(command, reply).message(topics))
             case .count(let name, let n): counters.count(name, n)
+            case .afterCommit(let action): action()
             }
         }
     }

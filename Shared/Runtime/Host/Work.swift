@@ -24,6 +24,8 @@ enum Effect {
     case outbox(DeviceID, seq: Int64, body: [UInt8])
     case reply(IncomingCommand, CommandReply)
     case count(String, Int64)
+    /// Something the service does once what the unit stored is visible to others (a worker's wake-up).
+    case afterCommit(@Sendable () -> Void)
 }
 
 /// What a batch asked for, in order, until its commit: one buffer the
@@ -134,6 +136,8 @@ public final class Work<Row> {
     }
 
     public func count(_ counter: String, _ n: Int64 = 1) { effects.items.append(.count(counter, n)) }
+    /// Runs `action` once the batch is committed (not at all if it is rolled back).
+    public func afterCommit(_ action: @escaping @Sendable () -> Void) { effects.items.append(.afterCommit(action)) }
     /// Messages this unit handled, for health's `processed`.
     public func processed(_ n: Int64 = 1) { effects.processed += n }
     /// An input refused for what it says (health's `errors`).
