@@ -24,7 +24,8 @@ public final class Constellation: @unchecked Sendable {
     }
 
     /// `config` per service is merged over a fast health interval.
-    public init(logins: Bool = false, config: [String: [String: Any]] = [:], binaryDirectory: URL = ServiceHarness.binaryDirectory) throws {
+    public init(logins: Bool = false, config: [String: [String: Any]] = [:], web: Bool = false,
+                binaryDirectory: URL = ServiceHarness.binaryDirectory) throws {
         var passwords: [String: String] = [:]
         if logins {
             for service in Self.services {
@@ -33,11 +34,13 @@ public final class Constellation: @unchecked Sendable {
                 passwords["tracker-\(service)-out"] = secret
             }
             passwords["trackerctl"] = UUID().uuidString
+            passwords["tracker-map"] = UUID().uuidString
         }
         self.passwords = passwords
         broker = try TestBroker(persistent: true,
                                 accounts: logins ? .init(passwords, aclFile: Self.root.appendingPathComponent("config/acl").path) : nil,
-                                messageSizeLimit: logins ? 2_097_152 : nil)
+                                messageSizeLimit: logins ? 2_097_152 : nil,
+                                webDirectory: web ? Self.root.appendingPathComponent("web").path : nil)
         var services: [String: ServiceHarness] = [:]
         for service in Self.services {
             var settings: [String: Any] = ["healthIntervalSec": 0.2]

@@ -25,7 +25,10 @@ public final class TestBroker: @unchecked Sendable {
         public init(_ passwords: [String: String], aclFile: String) { self.passwords = passwords; self.aclFile = aclFile }
     }
 
-    public init(persistent: Bool = false, accounts: Accounts? = nil, messageSizeLimit: Int? = nil) throws {
+    /// With a web directory, the map page's listener (MQTT over WebSockets, serving the directory); otherwise nil.
+    public let webPort: Int32?
+
+    public init(persistent: Bool = false, accounts: Accounts? = nil, messageSizeLimit: Int? = nil, webDirectory: String? = nil) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
@@ -53,6 +56,12 @@ public final class TestBroker: @unchecked Sendable {
                 operatorPort = try freePort()
                 listeners += "\nuse_username_as_clientid true\nlistener \(operatorPort!) 127.0.0.1"
             }
+            var webPort: Int32?
+            if let webDirectory {
+                webPort = try freePort()
+                listeners += "\nlistener \(webPort!) 127.0.0.1\nprotocol websockets\nhttp_dir \(webDirectory)"
+                if accounts != nil { listeners += "\nuse_username_as_clientid true" }
+            }
             try """
                 \(listeners)
                 \(access)
@@ -71,8 +80,10 @@ public final class TestBroker: @unchecked Sendable {
                 .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
             let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                          logFile: directory.appendingPathComponent("mosquitto.log").path)
-            if waitForPort(port, timeout: 5), operatorPort.map({ waitForPort($0, timeout: 5) }) ?? true {
+            if waitForPort(port, timeout: 5), operatorPort.map({ waitForPort($0, timeout: 5) }) ?? true,
+               webPort.map({ waitForPort($0, timeout: 5) }) ?? true {
                 self.port = port
+                self.webPort = webPort
                 self.operatorPort = operatorPort ?? port
                 self.process = child
                 self.executable = executable

@@ -64,8 +64,9 @@ public struct TrackBuilder: Sendable {
                 i += 1
                 continue
             }
-            if gap.long, points[i + 1].point.timeMs - points[i].point.timeMs >= stopMinMs {
-                // Dark for long and back nearby (a parked night): it stood there, whatever its speed before and after.
+            if !gap.far, points[i + 1].point.timeMs - points[i].point.timeMs >= stopMinMs {
+                // Silent for a stop's length and back nearby: it stood there, whatever its speed before and after
+                // (a parked device sends no points: the filter holds its drift back, a phone may sleep).
                 closeMoving(through: i)
                 result.append(.stop(i...(i + 1)))
                 movingStart = i + 1
