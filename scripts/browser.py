@@ -2,7 +2,7 @@
 """Drives headless Chromium over the DevTools protocol for the map page's tests.
 
     browser.py URL --wait SELECTOR [--wait SELECTOR …] [--eval JS …] [--screenshot OUT.png]
-               [--size 1280x800] [--timeout S]
+               [--size 1280x800] [--timeout S] [--offline]
 
 Loads URL, waits for each CSS selector to match (a MutationObserver in the
 page resolves the wait: no polling), evaluates each --eval expression (its
@@ -70,6 +70,7 @@ def main():
     parser.add_argument("--screenshot")
     parser.add_argument("--size", default="1280x800")
     parser.add_argument("--timeout", type=float, default=30)
+    parser.add_argument("--offline", action="store_true", help="no network at all while the page loads")
     args = parser.parse_args()
     width, height = (int(v) for v in args.size.split("x"))
 
@@ -100,6 +101,9 @@ def main():
         page = Page(targets[0]["webSocketDebuggerUrl"], args.timeout)
         page.call("Page.enable")
         page.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+        if args.offline:
+            page.call("Network.enable")
+            page.call("Network.emulateNetworkConditions", offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1)
         page.call("Page.navigate", url=args.url)
         page.evaluate("new Promise(r => document.readyState === 'complete' ? r(true) : addEventListener('load', () => r(true)))")
         for selector in args.wait:

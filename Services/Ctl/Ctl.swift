@@ -16,6 +16,8 @@ struct Ctl {
                                                            exit 0 only if SERVICE is online and fresh (a container health check)
           render DEVICE --session ID --out FILE.svg [--options JSON]
                                                            draw a built track (PNG beside it with rsvg-convert)
+          view DEVICE --session ID --out FILE.html [--tiles URL]
+                                                           the map's view of a day as one file that opens offline
         common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX)
         """
 
@@ -31,6 +33,7 @@ struct Ctl {
             case "cmd": try await cmd(&args, connection)
             case "health": try await health(&args, connection)
             case "render": try await render(&args, connection)
+            case "view": try await view(&args, connection)
             case "help", "--help", "-h": print(usage)
             default: fail("unknown command '\(command)'\n\(usage)", code: 64)
             }

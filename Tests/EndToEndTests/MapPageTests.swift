@@ -12,10 +12,10 @@ import Testing
     static let device = "demo-van"
     static let screenshots = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-map-screenshots")
 
-    @Test func theLivePageShowsTheFleetAndADaysTrack() async throws {
+    /// The constellation with the map's listener, the demo's fences and drive replayed.
+    func replayedDemo() async throws -> (Constellation, MQTTClient) {
         let constellation = try Constellation(logins: true, web: true)
         try await constellation.start()
-        defer { constellation.stop() }
         let client = try await constellation.operatorClient()
         for line in try Fixtures.lines("demo-fences.jsonl") {
             let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
@@ -24,7 +24,12 @@ import Testing
         let fixes = try Fixtures.lines("demo-drive.jsonl")
         try await Replay.publish(fixes, device: Self.device, with: client)
         try await constellation.waitJudged(Int64(fixes.count))
+        return (constellation, client)
+    }
 
+    @Test func theLivePageShowsTheFleetAndADaysTrack() async throws {
+        let (constellation, client) = try await replayedDemo()
+        defer { constellation.stop() }
         let page = "http://127.0.0.1:\(constellation.broker.webPort!)/index.html"
             + "#user=tracker-map&password=\(constellation.passwords["tracker-map"]!)&device=\(Self.device)"
         try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
@@ -44,6 +49,42 @@ import Testing
         #expect(size > 20_000, "screenshot \(size) bytes")
         await client.disconnect()
     }
+
+    @Test func theViewFileOpensOffline() async throws {
+        let (constellation, client) = try await replayedDemo()
+        defer { constellation.stop() }
+        let current = try await TestClient.command(client, device: Self.device, "currentSession")
+        guard case .object(let session)? = current.result, case .string(let sessionID)? = session["id"] else {
+            Issue.record("no session: \(current)"); return
+        }
+        // Every point stored before the track is built.
+        let decisions = try await Replay.decisions(of: Self.device, with: client)
+        try await Replay.waitCount(of: Self.device, decisions.filter(\.accepted).count, with: client)
+        let file = constellation.broker.directory.appendingPathComponent("day.html")
+        var environment = ProcessInfo.processInfo.environment
+        environment.merge(["TRACKER_MQTT_PORT": "\(constellation.broker.operatorPort)", "TRACKER_MQTT_USERNAME": "trackerctl",
+                           "TRACKER_MQTT_PASSWORD": constellation.passwords["trackerctl"]!]) { $1 }
+        let view = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
+                                    arguments: ["view", Self.device, "--session", sessionID, "--out", file.path], environment: environment,
+                                    logFile: constellation.broker.directory.appendingPathComponent("view.log").path)
+        #expect(view.wait(timeout: 60) == 0, "\(view.log)")
+        let html = try String(contentsOf: file, encoding: .utf8)
+        #expect(!html.contains("<script src") && !html.contains("<link"), "the file must fetch nothing")
+        try? FileManager.default.removeItem(at: Self.screenshots.appendingPathComponent("day.html"))
+        try? FileManager.default.copyItem(at: file, to: Self.screenshots.appendingPathComponent("day.html"))
+        // The broker is gone and the browser offline: the file stands alone.
+        constellation.stop()
+        constellation.broker.stop()
+        try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
+        let shot = Self.screenshots.appendingPathComponent("view.png")
+        let result = try Browser.run(file.absoluteString, waits: ["#map[data-track-moving]", ".track-stop", ".track-gap"],
+                                     evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))"],
+                                     screenshot: shot.path, offline: true, in: constellation.broker.directory)
+        #expect(result.status == 0, "\(result.output)")
+        let dataset = try JSONSerialization.jsonObject(with: Data((result.values.first ?? "{}").utf8)) as? [String: String] ?? [:]
+        #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 2 && dataset["trackGaps"] == "1", "\(dataset)")
+        await client.disconnect()
+    }
 }
 
 /// `scripts/browser.py`: loads a page in headless Chromium, waits for CSS
@@ -52,11 +93,12 @@ enum Browser {
     struct Result { var status: Int32?; var values: [String]; var output: String }
 
     static func run(_ url: String, waits: [String], evaluations: [String] = [], screenshot: String? = nil,
-                    timeout: Double = 60, in directory: URL) throws -> Result {
+                    offline: Bool = false, timeout: Double = 60, in directory: URL) throws -> Result {
         var arguments = [Constellation.root.appendingPathComponent("scripts/browser.py").path, url, "--timeout", "\(Int(timeout))"]
         for selector in waits { arguments += ["--wait", selector] }
         for expression in evaluations { arguments += ["--eval", expression] }
         if let screenshot { arguments += ["--screenshot", screenshot] }
+        if offline { arguments.append("--offline") }
         let log = directory.appendingPathComponent("browser-\(UUID().uuidString.prefix(6)).log")
         let process = try ChildProcess(executable: "/usr/bin/python3", arguments: arguments, logFile: log.path)
         let status = process.wait(timeout: timeout + 30)
