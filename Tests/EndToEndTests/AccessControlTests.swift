@@ -13,6 +13,7 @@ import Testing
     static let gatewayPassword = "gw-\(UUID().uuidString)"
     static let passwords = ["tracker-gateway": gatewayPassword, "tracker-gateway-out": gatewayPassword,
                             "tracker-filter": "f-\(UUID().uuidString)", "trackerctl": "ctl-\(UUID().uuidString)",
+                            "tracker-map": "m-\(UUID().uuidString)",
                             "devA": "a-\(UUID().uuidString)", "devB": "b-\(UUID().uuidString)"]
 
     init() throws {
@@ -106,6 +107,34 @@ import Testing
         #expect(victim.messages.filter { $0.topic == "tracker/devA/raw" }.count == 3)
         await victim.close()
         await ctl.disconnect()
+    }
+
+    /// The map page's account reads and asks read-only questions; the ACL
+    /// refuses it fixes, other commands and internal topics.
+    @Test func theMapAccountOnlyReadsAndAsks() async throws {
+        let observer = try await MessageCollector(port: broker.operatorPort, filters: ["tracker/#"], clientID: "trackerctl-\(UUID().uuidString.prefix(6))",
+                                                  username: "trackerctl", password: Self.passwords["trackerctl"])
+        try await observer.wait(description: "gateway online") { $0.contains { $0.topic == "tracker/_health/gateway" && $0.string.contains(#""online""#) } }
+        for (topic, payload) in [("tracker/devA/fixes", fix(1_790_000_100)), ("tracker/devA/cmd/start", #"{"id":"x"}"#),
+                                 ("tracker/devA/raw", "{}"), ("tracker/devA/cmd/configureSync", #"{"id":"y","args":{"url":"http://x"}}"#)] {
+            let map = try await login("tracker-map")
+            try map.publish(MQTTMessage(topic: topic, payload: Array(payload.utf8), qos: .atMostOnce))
+            await map.disconnect(timeout: .seconds(1))
+        }
+        // Its read-only question is answered on its own reply topic.
+        let map = try await login("tracker-map")
+        let replyTopic = "tracker/_map/tracker-map/reply"
+        try await map.subscribe([replyTopic])
+        let request = CommandRequest(id: .string("q1"), args: .object(["fromMs": .number(0), "toMs": .number(4_000_000_000_000)]))
+        let reply = try await map.request(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: Array(JSONCoding.encode(request))),
+                                          responseTopic: replyTopic, timeout: .seconds(10))
+        #expect(try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload)).ok)
+        // None of the refused ones reached the gateway: no fix, no session, no reply to them.
+        #expect(!observer.messages.contains { $0.topic == "tracker/devA/raw" || $0.topic == "tracker/devA/fixes" })
+        #expect(!observer.messages.contains { $0.topic.hasPrefix("tracker/devA/cmd/") && $0.topic != "tracker/devA/cmd/getSessions" })
+        #expect(!observer.messages.contains { $0.topic == "tracker/devA/events" && $0.string.contains("sessionStarted") })
+        await map.disconnect()
+        await observer.close()
     }
 
     @Test func aPayloadOverTheBrokersLimitIsRefused() async throws {
