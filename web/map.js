@@ -27,7 +27,16 @@
   let trackLayer = null;
 
   // What the page costs, for the benchmark: per animation frame, the time to apply the frames.
-  const stats = window.trackerMapStats = { frames: 0, updates: 0, applyMs: [] };
+  const stats = window.trackerMapStats = { ticks: 0, frames: 0, updates: 0, applyMs: [], since: performance.now() };
+  /// The benchmark's summary: animation frames a second, and the time to apply a frame's updates.
+  window.trackerMapSummary = () => {
+    const sorted = stats.applyMs.slice().sort((a, b) => a - b);
+    const at = q => sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] : 0;
+    const seconds = (performance.now() - stats.since) / 1000;
+    return { seconds, ticksPerSecond: stats.ticks / seconds, updatesPerSecond: stats.updates / seconds, frames: stats.frames,
+             applyP50: at(0.5), applyP95: at(0.95), applyMax: sorted.length ? sorted[sorted.length - 1] : 0 };
+  };
+  window.trackerMapReset = () => Object.assign(stats, { ticks: 0, frames: 0, updates: 0, applyMs: [], since: performance.now() });
 
   function say(text) { status.textContent = text; }
 
@@ -73,6 +82,7 @@
   map.on('zoomend', () => { for (const d of devices.values()) if (d.frame && d.heading) pointHeading(d); });
 
   function applyPending() {
+    stats.ticks += 1;
     if (pending.size > 0) {
       const started = performance.now();
       for (const [id, frame] of pending) {

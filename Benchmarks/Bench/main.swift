@@ -17,6 +17,9 @@ case "relay" where arguments.count >= 2:
     try await Relay.serve(port: Int32(arguments[1])!, points: arguments.dropFirst(2).first == "points")
 case "relay-stage" where arguments.count >= 4:
     try await Relay.serveStage(port: Int32(arguments[1])!, name: arguments[2], input: arguments[3], leaves: Array(arguments.dropFirst(4)))
+case "map-page":
+    try await MapPageBench.run(devices: arguments.dropFirst().first.flatMap(Int.init) ?? 1_000,
+                               seconds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 20)
 case "constellation":
     try await ConstellationBench.run(count: count)
 case "demo-recording" where arguments.count == 2:
