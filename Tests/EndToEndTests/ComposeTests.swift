@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
 import TestSupport
 import Testing
 
@@ -28,10 +31,17 @@ import Testing
         #expect(Set(users) == Set(Constellation.services.flatMap { ["tracker-\($0)", "tracker-\($0)-out"] } + ["trackerctl", "tracker-map"]))
 
         // compose/mosquitto.conf as the broker container reads it, on free ports and local paths.
-        let (port, operatorPort) = (try freePort(), try freePort())
+        let (port, operatorPort, webPort) = (try freePort(), try freePort(), try freePort())
+        // The `web` service's job: the page and its libraries into the volume.
+        let web = dir.appendingPathComponent("web")
+        let build = try ChildProcess(executable: root.appendingPathComponent("scripts/build-web").path, arguments: [web.path],
+                                     logFile: dir.appendingPathComponent("build-web.log").path)
+        #expect(build.wait(timeout: 120) == 0, "\(build.log)")
         let config = try String(contentsOf: root.appendingPathComponent("compose/mosquitto.conf"), encoding: .utf8)
             .replacingOccurrences(of: "listener 1883 0.0.0.0", with: "listener \(port) 127.0.0.1")
             .replacingOccurrences(of: "listener 1885 0.0.0.0", with: "listener \(operatorPort) 127.0.0.1")
+            .replacingOccurrences(of: "listener 9001 0.0.0.0", with: "listener \(webPort) 127.0.0.1")
+            .replacingOccurrences(of: "/mosquitto/web", with: web.path)
             .replacingOccurrences(of: "/mosquitto/accounts/", with: accounts.path + "/")
             .replacingOccurrences(of: "/mosquitto/config/acl", with: root.appendingPathComponent("config/acl").path)
             .replacingOccurrences(of: "/mosquitto/data/", with: dir.path + "/")
@@ -40,7 +50,12 @@ import Testing
         let broker = try ChildProcess(executable: "/usr/sbin/mosquitto", arguments: ["-c", dir.appendingPathComponent("mosquitto.conf").path],
                                       logFile: dir.appendingPathComponent("mosquitto.log").path)
         defer { broker.kill(SIGTERM); _ = broker.wait(timeout: 5) }
-        #expect(waitForPort(port, timeout: 10) && waitForPort(operatorPort, timeout: 10), "\(broker.log)")
+        #expect(waitForPort(port, timeout: 10) && waitForPort(operatorPort, timeout: 10) && waitForPort(webPort, timeout: 10), "\(broker.log)")
+        // The broker serves the map page and its bundled MQTT client.
+        for (path, marker) in [("index.html", "<title>Tracker"), ("vendor/mqtt.js", "mqttlib"), ("vendor/leaflet/leaflet.js", "Leaflet")] {
+            let (data, response) = try await URLSession.shared.data(from: URL(string: "http://127.0.0.1:\(webPort)/\(path)")!)
+            #expect((response as? HTTPURLResponse)?.statusCode == 200 && String(decoding: data, as: UTF8.self).contains(marker), "\(path)")
+        }
 
         // The gateway as its container runs it: its account, the password from the file.
         let gatewayData = dir.appendingPathComponent("gateway")
