@@ -28,23 +28,36 @@ import Testing
     }
 
     @Test func theLivePageShowsTheFleetAndADaysTrack() async throws {
-        let (constellation, client) = try await replayedDemo()
+        let constellation = try Constellation(logins: true, web: true)
+        try await constellation.start()
         defer { constellation.stop() }
+        let client = try await constellation.operatorClient()
+        for line in try Fixtures.lines("demo-fences.jsonl") {
+            let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
+            #expect(try await TestClient.command(client, device: Self.device, "addGeofence", args: fence).ok)
+        }
+        // The page opens first; the drive is replayed while it watches.
         let page = "http://127.0.0.1:\(constellation.broker.webPort!)/index.html"
             + "#user=tracker-map&password=\(constellation.passwords["tracker-map"]!)&device=\(Self.device)"
         try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
         let shot = Self.screenshots.appendingPathComponent("live.png")
-        let result = try Browser.run(page, waits: [#"#devices li[data-device="demo-van"]"#, "#map[data-track-moving]"],
-                                     evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))",
-                                                   "document.querySelector('#devices li[data-device=\"demo-van\"] .state').textContent"],
-                                     screenshot: shot.path, in: constellation.broker.directory)
+        let browser = try Browser.start(page, waits: ["body[data-connected]", #"#devices li[data-device="demo-van"]"#, #"#map[data-track-gaps="1"]"#],
+                                        evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))",
+                                                      "document.querySelector('#devices li[data-device=\"demo-van\"] .state').textContent",
+                                                      "document.querySelectorAll('#events li').length"],
+                                        screenshot: shot.path, in: constellation.broker.directory)
+        try await browser.wait(until: "body[data-connected]")
+        let fixes = try Fixtures.lines("demo-drive.jsonl")
+        try await Replay.publish(fixes, device: Self.device, with: client)
+        let result = browser.finish()
         #expect(result.status == 0, "\(result.output)")
         let dataset = try JSONSerialization.jsonObject(with: Data((result.values.first ?? "{}").utf8)) as? [String: String] ?? [:]
         #expect(Int(dataset["trackMoving"] ?? "") ?? 0 >= 1, "\(dataset)")
-        #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 1, "\(dataset)")
+        #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 2, "\(dataset)")
         #expect(dataset["trackGaps"] == "1", "\(dataset)")
         #expect(dataset["devices"] == "1", "\(dataset)")
         #expect(["moving", "stopPending", "stationary"].contains(result.values.dropFirst().first ?? ""), "\(result.values)")
+        #expect(Int(result.values.dropFirst(2).first ?? "") ?? 0 >= 5, "the events the page saw: \(result.values)")
         let size = (try? FileManager.default.attributesOfItem(atPath: shot.path)[.size] as? Int) ?? 0
         #expect(size > 20_000, "screenshot \(size) bytes")
         await client.disconnect()
@@ -94,20 +107,58 @@ enum Browser {
 
     static func run(_ url: String, waits: [String], evaluations: [String] = [], screenshot: String? = nil,
                     offline: Bool = false, timeout: Double = 60, in directory: URL) throws -> Result {
+        try start(url, waits: waits, evaluations: evaluations, screenshot: screenshot, offline: offline, timeout: timeout, in: directory).finish()
+    }
+
+    /// Starts the browser; `finish` waits for it and reads what it found.
+    static func start(_ url: String, waits: [String], evaluations: [String] = [], screenshot: String? = nil,
+                      offline: Bool = false, timeout: Double = 60, in directory: URL) throws -> Running {
         var arguments = [Constellation.root.appendingPathComponent("scripts/browser.py").path, url, "--timeout", "\(Int(timeout))"]
         for selector in waits { arguments += ["--wait", selector] }
         for expression in evaluations { arguments += ["--eval", expression] }
         if let screenshot { arguments += ["--screenshot", screenshot] }
         if offline { arguments.append("--offline") }
         let log = directory.appendingPathComponent("browser-\(UUID().uuidString.prefix(6)).log")
-        let process = try ChildProcess(executable: "/usr/bin/python3", arguments: arguments, logFile: log.path)
-        let status = process.wait(timeout: timeout + 30)
-        let output = process.log
-        let values = output.split(separator: "\n").compactMap { line -> String? in
-            guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], object["eval"] != nil else { return nil }
-            if let text = object["value"] as? String { return text }
-            return object["value"].map { "\($0)" }
+        let output = MessageLines(path: log.path)
+        return Running(process: try ChildProcess(executable: "/usr/bin/python3", arguments: arguments, logFile: log.path),
+                       output: output, timeout: timeout)
+    }
+
+    struct Running {
+        let process: ChildProcess
+        let output: MessageLines
+        let timeout: Double
+
+        /// Until the browser reports `selector` found (it prints a line per wait met), or it exits.
+        func wait(until selector: String) async throws {
+            let line = #"{"found": "\#(selector)"}"#
+            let deadline = ContinuousClock.now + .seconds(timeout)
+            while ContinuousClock.now < deadline {
+                if output.contains(line) { return }
+                if process.wait(timeout: 0) != nil { throw TestSupportError("the browser ended: \(process.log)") }
+                await Task.yield()
+            }
+            throw TestSupportError("the browser did not find \(selector): \(process.log)")
         }
-        return Result(status: status, values: values, output: output)
+
+        func finish() -> Result {
+            let status = process.wait(timeout: timeout + 30)
+            let text = process.log
+            let values = text.split(separator: "\n").compactMap { line -> String? in
+                guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any], object["eval"] != nil else { return nil }
+                if let value = object["value"] as? String { return value }
+                return object["value"].map { "\($0)" }
+            }
+            return Result(status: status, values: values, output: text)
+        }
+    }
+
+    /// The browser's log, read as it grows.
+    final class MessageLines: Sendable {
+        let path: String
+        init(path: String) { self.path = path }
+        func contains(_ line: String) -> Bool {
+            ((try? String(contentsOfFile: path, encoding: .utf8)) ?? "").split(separator: "\n").contains { $0 == line }
+        }
     }
 }
