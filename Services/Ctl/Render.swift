@@ -22,21 +22,8 @@ extension Ctl {
             buildArgs["options"] = options
         }
         let client = try await connection.connect(name: "render")
-        let responseTopic = "\(connection.topics.prefix)/_ctl/\(client.options.clientID)/reply"
-        try await client.subscribe([responseTopic])
-        let request = CommandRequest(id: .string(UUID().uuidString.lowercased()), args: .object(buildArgs))
-        let reply: MQTTMessage
-        do {
-            reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, "buildTrack"), payload: Array(JSONCoding.encode(request))),
-                                             responseTopic: responseTopic, timeout: .milliseconds(Int64(timeout * 1000)))
-        } catch MQTTError.timedOut {
-            fail("trackerctl: no reply to buildTrack for \(device) within \(timeout) s (is tracker-track running?)", code: 3)
-        }
+        let result = try await Asker(client: client, connection: connection, device: device, timeout: timeout)("buildTrack", buildArgs)
         await client.disconnect()
-        let decoded = try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
-        guard decoded.ok, let result = decoded.result else {
-            fail("trackerctl: buildTrack refused: \(decoded.code ?? "?"): \(decoded.message ?? "")", code: 1)
-        }
         let track = try result.decode(Track.self)
         try TrackPicture.svg(track).write(toFile: out, atomically: true, encoding: .utf8)
         print("wrote \(out)")

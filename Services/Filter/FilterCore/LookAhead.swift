@@ -1,6 +1,12 @@
 import Foundation
 import Model
 
+/// A verdict with the fix it judges (with look-ahead it may be an earlier one).
+public struct Judged: Sendable, Equatable {
+    public var fix: FilterInput
+    public var verdict: Verdict
+}
+
 /// One fix of look-ahead for sparse fixes. Ten seconds apart, a multipath
 /// jump of a few hundred metres and a turn look alike to a filter that only
 /// knows the past: both land far off the prediction, within what a vehicle
@@ -10,12 +16,6 @@ import Model
 /// after the profile's `lookAheadMs`), then judged with it: its point and
 /// event come one fix interval late, still stamped with its own time. Fixes
 /// seconds apart (where the innovation gate already tells) are judged at once.
-/// A verdict with the fix it judges (with look-ahead it may be an earlier one).
-public struct Judged: Sendable, Equatable {
-    public var fix: FilterInput
-    public var verdict: Verdict
-}
-
 extension FilterCore {
     /// Fixes closer together than this are judged at once (every 5 s the
     /// look-ahead cost more good fixes than the jumps it caught).
