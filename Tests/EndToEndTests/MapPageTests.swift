@@ -81,6 +81,13 @@ import Testing
                                     arguments: ["view", Self.device, "--session", sessionID, "--out", file.path], environment: environment,
                                     logFile: constellation.broker.directory.appendingPathComponent("view.log").path)
         #expect(view.wait(timeout: 60) == 0, "\(view.log)")
+        // The same day as a picture (`trackerctl render`, through the same request path).
+        let svg = constellation.broker.directory.appendingPathComponent("day.svg")
+        let render = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
+                                      arguments: ["render", Self.device, "--session", sessionID, "--out", svg.path], environment: environment,
+                                      logFile: constellation.broker.directory.appendingPathComponent("render.log").path)
+        #expect(render.wait(timeout: 60) == 0, "\(render.log)")
+        #expect((try? String(contentsOf: svg, encoding: .utf8))?.contains("<svg") == true)
         let html = try String(contentsOf: file, encoding: .utf8)
         #expect(!html.contains("<script src") && !html.contains("<link"), "the file must fetch nothing")
         try? FileManager.default.removeItem(at: Self.screenshots.appendingPathComponent("day.html"))
