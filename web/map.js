@@ -230,12 +230,7 @@
         ask(id, 'getGeofences', {}).catch(() => []),
         ask(id, 'getGeofenceEvents', { limit: 1000 }).catch(() => []),
       ]);
-      if (trackLayer) trackLayer.remove();
-      trackLayer = TrackerTrack.trackLayer(track, fences, crossings).addTo(map);
-      const counts = trackLayer.trackCounts;
-      Object.assign(mapElement.dataset, { trackDevice: id, trackMoving: counts.moving, trackStops: counts.stop, trackGaps: counts.gap });
-      document.getElementById('legend').innerHTML = `<b>${id}</b> ` + TrackerTrack.legend(track);
-      if (trackLayer.getBounds().isValid()) map.fitBounds(trackLayer.getBounds().pad(0.1));
+      trackLayer = TrackerTrack.showDay(map, track, fences, crossings, document.getElementById('legend'), trackLayer);
       say(`${id}: track of session ${sessionID.slice(0, 8)}`);
     } catch (e) {
       say(e.message);

@@ -96,5 +96,18 @@
       `top ${(s.maxSpeedMps * 3.6).toFixed(0)} km/h</div>`;
   }
 
-  global.TrackerTrack = { trackLayer, legend, BAND_COLOURS, time, duration };
+  /// Draws a day on `map` (replacing `previous`), fits the map to it, writes
+  /// its legend, and leaves its counts on the map's element for tests.
+  function showDay(map, track, fences, crossings, legendElement, previous) {
+    if (previous) previous.remove();
+    const layer = trackLayer(track, fences, crossings).addTo(map);
+    if (layer.getBounds().isValid()) map.fitBounds(layer.getBounds().pad(0.1));
+    legendElement.innerHTML = `<b>${track.device}</b> ` + legend(track);
+    const counts = layer.trackCounts;
+    Object.assign(map.getContainer().dataset, {
+      trackDevice: track.device, trackMoving: counts.moving, trackStops: counts.stop, trackGaps: counts.gap });
+    return layer;
+  }
+
+  global.TrackerTrack = { trackLayer, legend, showDay, BAND_COLOURS, time, duration };
 })(window);

@@ -29,7 +29,7 @@ enum ConstellationBench {
         defer { constellation.stop() }
         let client = try await constellation.operatorClient()
         _ = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string("http://127.0.0.1:\(constellation.sinkPort)/points"), "batchSize": .number(500)]))
+            "url": .string(constellation.sinkURL), "batchSize": .number(500)]))
 
         // Twenty real-looking drives (seeds 1–20), repeated under other device ids as the fleet grows.
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
@@ -41,19 +41,14 @@ enum ConstellationBench {
             for device in 0..<devices where sent < count {
                 let fix = drives[device % 20][round]
                 while client.inFlight > 2_000 { await Task.yield() }
-                try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: Self.json(fix)))
+                try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
                 sent += 1
             }
         }
         await client.drain(timeout: .seconds(3_600))
         let published = (ContinuousClock.now - start).seconds
-        let judged = HealthFigure()
-        try await constellation.waitHealth("filter", timeout: 3_600, description: "every fix judged") { health in
-            let accepted = health.counters?["accepted"] ?? 0, rejected = health.counters?["rejected"] ?? 0
-            if accepted + rejected >= Int64(count) { judged.set(accepted); return true }
-            return false
-        }
-        let accepted = judged.value
+        let judged = try await constellation.waitJudged(Int64(count), timeout: 3_600)
+        let accepted = judged.counters?["accepted"] ?? 0
         let filtered = (ContinuousClock.now - start).seconds
         try await constellation.waitHealth("track", timeout: 3_600, description: "every point stored") { $0.processed >= accepted }
         let stored = (ContinuousClock.now - start).seconds
@@ -61,7 +56,7 @@ enum ConstellationBench {
             $0.processed >= accepted && $0.queueDepth == 0
         }
         let delivered = (ContinuousClock.now - start).seconds
-        let atSink = try constellation.sinkPoints().count
+        let atSink = constellation.sink!.points().count
         print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
                      ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
         print(String(format: "%d fixes over %d devices, %lld accepted: published in %.1f s, judged in %.1f s, stored in %.1f s, at the sink in %.1f s (%d distinct there)",
@@ -119,7 +114,7 @@ enum ConstellationBench {
             if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
             let device = "\(tag)-\(i % 20)", k = i / 20
             sentAt.withLock { $0["\(device):\(k + 1)"] = ContinuousClock.now }
-            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", string: Self.json(drives[i % 20][k % 1_600])))
+            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", string: DemoRecording.line(drives[i % 20][k % 1_600])))
         }
         await client.drain(timeout: .seconds(60))
         // The last events trail the last publish by the pipeline's latency.
@@ -132,18 +127,4 @@ enum ConstellationBench {
         guard !sorted.isEmpty else { return (0, 0, 0) }
         return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)], sorted.count)
     }
-
-    static func json(_ fix: DeviceFix) -> String {
-        var line = String(format: #"{"t":%.0f,"lat":%.7f,"lon":%.7f,"acc":%.1f"#, fix.t, fix.lat, fix.lon, fix.acc)
-        if let speed = fix.speed { line += String(format: #","speed":%.2f"#, speed) }
-        if let course = fix.course { line += String(format: #","course":%.1f"#, course) }
-        return line + "}"
-    }
-}
-
-/// A figure set inside a health condition and read after the wait.
-final class HealthFigure: Sendable {
-    private let state = Mutex<Int64>(0)
-    func set(_ value: Int64) { state.withLock { $0 = value } }
-    var value: Int64 { state.withLock { $0 } }
 }

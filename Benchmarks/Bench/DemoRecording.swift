@@ -45,12 +45,7 @@ enum DemoRecording {
             if fix.t >= cutTo { fix.t += darkSec - dropSec }
             fixes.append(fix)
         }
-        let lines = fixes.map { fix -> String in
-            var line = String(format: #"{"t":%.0f,"lat":%.7f,"lon":%.7f,"acc":%.1f"#, fix.t, fix.lat, fix.lon, fix.acc)
-            if let speed = fix.speed { line += String(format: #","speed":%.2f"#, speed) }
-            if let course = fix.course { line += String(format: #","course":%.1f"#, course) }
-            return line + "}"
-        }
+        let lines = fixes.map(line)
         try (lines.joined(separator: "\n") + "\n").write(toFile: directory + "/demo-drive.jsonl", atomically: true, encoding: .utf8)
 
         let checkpoint = truth.first { $0.t - t0 >= checkpointAt }!
@@ -68,5 +63,13 @@ enum DemoRecording {
         print(String(format: "wrote %d fixes over %.0f min: a %.0f s stop at the customer, %.0f s dark resuming %.0f m away; %d fences",
                      fixes.count, (fixes.last!.t - fixes[0].t) / 60, stopExtraSec + 88, after.t - before.t,
                      Geodesy.distance(before.lat, before.lon, after.lat, after.lon), fences.count))
+    }
+
+    /// A fix as a recording's line: whole seconds, 7 decimals (~1 cm), the fields it has.
+    static func line(_ fix: DeviceFix) -> String {
+        var line = String(format: #"{"t":%.0f,"lat":%.7f,"lon":%.7f,"acc":%.1f"#, fix.t, fix.lat, fix.lon, fix.acc)
+        if let speed = fix.speed { line += String(format: #","speed":%.2f"#, speed) }
+        if let course = fix.course { line += String(format: #","course":%.1f"#, course) }
+        return line + "}"
     }
 }

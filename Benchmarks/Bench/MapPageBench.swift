@@ -9,7 +9,7 @@ import TestSupport
 /// second and the time it takes to apply a frame's updates, measured in the page.
 enum MapPageBench {
     static func run(devices: Int, seconds: Int) async throws {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let root = Repository.root
         let broker = try TestBroker(webDirectory: root.appendingPathComponent("web").path)
         let publisher = try await TestClient.connect(port: broker.port)
         // Devices spread over a city, each driving its own circle.

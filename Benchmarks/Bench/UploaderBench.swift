@@ -22,13 +22,7 @@ enum UploaderBench {
     /// Points published until the uploader has them all: queued (health's
     /// processed) or delivered (the sum of `uploaded` events).
     static func measure(_ broker: TestBroker, count: Int, upload: Bool) async throws -> Double {
-        let port = try freePort()
-        let out = broker.directory.appendingPathComponent("sink-\(UUID().uuidString.prefix(6)).jsonl")
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("scripts/http-sink.py").path
-        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [script, "\(port)", out.path], logFile: out.path + ".log")
-        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
-        guard waitForPort(port, timeout: 10) else { throw TestSupportError("the sink did not start") }
+        let sink = try HTTPSink(in: broker.directory)
         let instance = "uploader-\(UUID().uuidString.prefix(6))"
         let uploader = try ServiceHarness(executable: "tracker-uploader", broker: broker,
                                           config: ["logLevel": "warning", "healthIntervalSec": 0.1, "instance": instance])
@@ -37,7 +31,7 @@ enum UploaderBench {
         try await collector.wait(description: "uploader online") { $0.contains { $0.string.contains(#""status":"online""#) } }
         let client = try await TestClient.connect(port: broker.port)
         let reply = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string("http://127.0.0.1:\(port)/points"), "batchSize": .number(500), "autoSync": .bool(upload)]))
+            "url": .string("\(sink.url)/points"), "batchSize": .number(500), "autoSync": .bool(upload)]))
         guard reply.ok else { throw TestSupportError("configureSync refused: \(reply)") }
         let payloads = MotionThroughput.payloads(count)
         let start = ContinuousClock.now

@@ -8,13 +8,10 @@ extension Ctl {
     /// asks the track service for the built track and draws it (a PNG beside
     /// it where `rsvg-convert` is installed).
     static func render(_ args: inout Arguments, _ connection: Connection) async throws {
-        let timeout = try args.double("--timeout") ?? 30
-        guard let sessionID = args.value("--session") else { throw UsageError("render needs --session ID") }
-        guard let out = args.value("--out") else { throw UsageError("render needs --out FILE.svg") }
         let optionsText = args.value("--options")
-        guard let deviceText = args.positional(), let device = DeviceID(deviceText) else { throw UsageError("render needs a valid DEVICE") }
+        let day = try DayArguments(&args, command: "render", file: "FILE.svg")
         try args.finish()
-        var buildArgs: [String: JSONValue] = ["sessionID": .string(sessionID)]
+        var buildArgs: [String: JSONValue] = ["sessionID": .string(day.sessionID)]
         if let optionsText {
             guard let options = try? JSONCoding.decoder.decode(JSONValue.self, from: Data(optionsText.utf8)) else {
                 throw UsageError("--options must be a JSON object")
@@ -22,9 +19,10 @@ extension Ctl {
             buildArgs["options"] = options
         }
         let client = try await connection.connect(name: "render")
-        let result = try await Asker(client: client, connection: connection, device: device, timeout: timeout)("buildTrack", buildArgs)
+        let result = try await Asker(client: client, connection: connection, device: day.device, timeout: day.timeout)("buildTrack", buildArgs)
         await client.disconnect()
         let track = try result.decode(Track.self)
+        let out = day.out
         try TrackPicture.svg(track).write(toFile: out, atomically: true, encoding: .utf8)
         print("wrote \(out)")
         let png = (out.hasSuffix(".svg") ? String(out.dropLast(4)) : out) + ".png"
@@ -37,5 +35,22 @@ extension Ctl {
             if process.terminationStatus == 0 { print("wrote \(png)") }
             break
         }
+    }
+}
+
+/// `DEVICE --session ID --out FILE [--timeout S]`: a device's day to fetch
+/// and write (`render`, `view`). A command reads its own options first.
+struct DayArguments {
+    let device: DeviceID
+    let sessionID: String
+    let out: String
+    let timeout: Double
+
+    init(_ args: inout Arguments, command: String, file: String) throws {
+        timeout = try args.double("--timeout") ?? 30
+        guard let sessionID = args.value("--session") else { throw UsageError("\(command) needs --session ID") }
+        guard let out = args.value("--out") else { throw UsageError("\(command) needs --out \(file)") }
+        guard let text = args.positional(), let device = DeviceID(text) else { throw UsageError("\(command) needs a valid DEVICE") }
+        self.sessionID = sessionID; self.out = out; self.device = device
     }
 }

@@ -8,19 +8,24 @@ extension Ctl {
     /// and the built track, fences and crossings inline, so it opens offline
     /// and fetches nothing when viewed (no tiles unless `--tiles URL`).
     static func view(_ args: inout Arguments, _ connection: Connection) async throws {
-        let timeout = try args.double("--timeout") ?? 30
-        guard let sessionID = args.value("--session") else { throw UsageError("view needs --session ID") }
-        guard let out = args.value("--out") else { throw UsageError("view needs --out FILE.html") }
         let tiles = args.value("--tiles")
-        guard let deviceText = args.positional(), let device = DeviceID(deviceText) else { throw UsageError("view needs a valid DEVICE") }
+        let day = try DayArguments(&args, command: "view", file: "FILE.html")
         try args.finish()
+        let (device, sessionID, out) = (day.device, day.sessionID, day.out)
         let web = try WebAssets.locate()
 
         let client = try await connection.connect(name: "view")
-        let ask = Asker(client: client, connection: connection, device: device, timeout: timeout)
+        let ask = Asker(client: client, connection: connection, device: device, timeout: day.timeout)
         let track = try await ask("buildTrack", ["sessionID": .string(sessionID)])
-        let fences = (try? await ask("getGeofences", [:])) ?? .array([])
-        let crossings = (try? await ask("getGeofenceEvents", ["limit": .number(1_000)])) ?? .array([])
+        // Without the motion service the day is still drawn, and says it has no fences.
+        func optional(_ name: String, _ args: [String: JSONValue]) async -> JSONValue {
+            do { return try await ask(name, args, optional: true) } catch {
+                FileHandle.standardError.write(Data("trackerctl: \(name): \(error); the view has no fences\n".utf8))
+                return .array([])
+            }
+        }
+        let fences = await optional("getGeofences", [:])
+        let crossings = await optional("getGeofenceEvents", ["limit": .number(1_000)])
         await client.disconnect()
 
         let data = JSONCoding.string(JSONValue.object(["track": track, "fences": fences, "crossings": crossings,
@@ -43,11 +48,7 @@ extension Ctl {
             const map = L.map('map').setView([20, 0], 2);
             if (day.tiles) L.tileLayer(day.tiles, { maxZoom: 19 }).addTo(map);
             L.control.scale({ imperial: false }).addTo(map);
-            const layer = TrackerTrack.trackLayer(day.track, day.fences, day.crossings).addTo(map);
-            if (layer.getBounds().isValid()) map.fitBounds(layer.getBounds().pad(0.1));
-            document.getElementById('legend').innerHTML = '<b>' + day.track.device + '</b> ' + TrackerTrack.legend(day.track);
-            Object.assign(document.getElementById('map').dataset, {
-              trackMoving: layer.trackCounts.moving, trackStops: layer.trackCounts.stop, trackGaps: layer.trackCounts.gap });
+            TrackerTrack.showDay(map, day.track, day.fences, day.crossings, document.getElementById('legend'));
             </script>
             </body></html>
             """
@@ -63,7 +64,9 @@ struct Asker {
     let device: DeviceID
     let timeout: Double
 
-    func callAsFunction(_ name: String, _ args: [String: JSONValue]) async throws -> JSONValue {
+    /// A reply's result. A refusal ends trackerctl (exit 1), no reply in time
+    /// too (exit 3); for an optional answer both throw `AskFailure` instead.
+    func callAsFunction(_ name: String, _ args: [String: JSONValue], optional: Bool = false) async throws -> JSONValue {
         let responseTopic = "\(connection.topics.prefix)/_ctl/\(client.options.clientID)/reply"
         try await client.subscribe([responseTopic])
         let request = CommandRequest(id: .string(UUID().uuidString.lowercased()), args: .object(args))
@@ -72,15 +75,22 @@ struct Asker {
             reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, name), payload: Array(JSONCoding.encode(request))),
                                              responseTopic: responseTopic, timeout: .milliseconds(Int64(timeout * 1000)))
         } catch MQTTError.timedOut {
-            Ctl.fail("trackerctl: no reply to \(name) for \(device) within \(timeout) s (is its service running?)", code: 3)
+            let message = "no reply to \(name) for \(device) within \(timeout) s (is its service running?)"
+            if optional { throw AskFailure(description: message) }
+            Ctl.fail("trackerctl: \(message)", code: 3)
         }
         let decoded = try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
         guard decoded.ok, let result = decoded.result else {
-            throw UsageError("\(name) refused: \(decoded.code ?? "?"): \(decoded.message ?? "")")
+            let message = "\(name) refused: \(decoded.code ?? "?"): \(decoded.message ?? "")"
+            if optional { throw AskFailure(description: message) }
+            Ctl.fail("trackerctl: \(message)", code: 1)
         }
         return result
     }
 }
+
+/// An optional answer that did not come.
+struct AskFailure: Error, CustomStringConvertible { let description: String }
 
 /// Where the map page's files are: `TRACKER_WEB_DIR`, the checkout the
 /// executable was built in, or an installed copy; Leaflet from the page's

@@ -12,16 +12,12 @@ public final class Constellation: @unchecked Sendable {
     public static let services = ["gateway", "filter", "motion", "track", "uploader"]
     public let broker: TestBroker
     public let services: [String: ServiceHarness]
-    public let sinkPort: Int32
-    public let sinkFile: URL
-    private var sink: ChildProcess?
+    /// The customer's backend, once started.
+    public private(set) var sink: HTTPSink?
+    /// Where the uploader delivers in this constellation (for `configureSync`).
+    public var sinkURL: String { "\(sink?.url ?? "http://127.0.0.1:9")/points" }
     /// The password of every account, when logins are on (services, their "-out" twins, trackerctl).
     public let passwords: [String: String]
-
-    /// The repository's root (this file is Shared/TestSupport/Constellation.swift).
-    public static var root: URL {
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    }
 
     /// `config` per service is merged over a fast health interval.
     public init(logins: Bool = false, config: [String: [String: Any]] = [:], web: Bool = false,
@@ -38,9 +34,9 @@ public final class Constellation: @unchecked Sendable {
         }
         self.passwords = passwords
         broker = try TestBroker(persistent: true,
-                                accounts: logins ? .init(passwords, aclFile: Self.root.appendingPathComponent("config/acl").path) : nil,
+                                accounts: logins ? .init(passwords, aclFile: Repository.root.appendingPathComponent("config/acl").path) : nil,
                                 messageSizeLimit: logins ? 2_097_152 : nil,
-                                webDirectory: web ? Self.root.appendingPathComponent("web").path : nil)
+                                webDirectory: web ? Repository.root.appendingPathComponent("web").path : nil)
         var services: [String: ServiceHarness] = [:]
         for service in Self.services {
             var settings: [String: Any] = ["healthIntervalSec": 0.2]
@@ -50,16 +46,11 @@ public final class Constellation: @unchecked Sendable {
                                                    environment: account, binaryDirectory: binaryDirectory)
         }
         self.services = services
-        sinkPort = try freePort()
-        sinkFile = broker.directory.appendingPathComponent("sink.jsonl")
     }
 
     /// Starts the sink and every service, and waits until each says online.
     public func start() async throws {
-        sink = try ChildProcess(executable: "/usr/bin/python3",
-                                arguments: [Self.root.appendingPathComponent("scripts/http-sink.py").path, "\(sinkPort)", sinkFile.path],
-                                logFile: broker.directory.appendingPathComponent("sink.log").path)
-        guard waitForPort(sinkPort, timeout: 10) else { throw TestSupportError("the HTTP sink did not start") }
+        sink = try HTTPSink(in: broker.directory)
         for service in Self.services { try services[service]!.start() }
         try await waitOnline(Self.services)
     }
@@ -95,43 +86,28 @@ public final class Constellation: @unchecked Sendable {
         }
     }
 
-    /// Waits until a health message of `service` satisfies `condition`.
+    /// Waits until a health message of `service` satisfies `condition`; returns that message.
+    @discardableResult
     public func waitHealth(_ service: String, timeout: Double = 120, description: String,
-                           until condition: @escaping @Sendable (Health) -> Bool) async throws {
+                           until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
         let health = try await collector(["tracker/_health/\(service)"])
         defer { Task { await health.close() } }
-        try await health.wait(timeout: timeout, description: description) { messages in
-            messages.contains { m in (try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload))).map(condition) ?? false }
-        }
+        let decode = { @Sendable (m: MQTTMessage) in try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)) }
+        let messages = try await health.wait(timeout: timeout, description: description) { $0.contains { decode($0).map(condition) ?? false } }
+        return messages.lazy.compactMap(decode).first(where: condition)!
     }
 
     /// Waits until the filter has judged `count` fixes since it started (its accepted + rejected counters).
-    public func waitJudged(_ count: Int64, timeout: Double = 120) async throws {
+    @discardableResult
+    public func waitJudged(_ count: Int64, timeout: Double = 120) async throws -> Health {
         try await waitHealth("filter", timeout: timeout, description: "the filter judged \(count) fixes") { health in
             (health.counters?["accepted"] ?? 0) + (health.counters?["rejected"] ?? 0) >= count
         }
     }
 
-    /// Every (device, seq) the sink received, with how many times.
-    public func sinkPoints() throws -> [String: Int] {
-        guard let text = try? String(contentsOf: sinkFile, encoding: .utf8) else { return [:] }
-        var seen: [String: Int] = [:]
-        for line in text.split(separator: "\n") {
-            guard let body = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                  let points = body["points"] as? [[String: Any]] else { continue }
-            for p in points {
-                if let device = p["device"] as? String, let seq = p["seq"] as? Int { seen["\(device):\(seq)", default: 0] += 1 }
-            }
-        }
-        return seen
-    }
-
     /// Stops every service gracefully, then the sink.
     public func stop() {
         for service in Self.services.reversed() { services[service]?.stop() }
-        sink?.kill(SIGTERM)
-        _ = sink?.wait(timeout: 5)
+        sink?.stop()
     }
-
-    deinit { sink?.kill(SIGKILL) }
 }

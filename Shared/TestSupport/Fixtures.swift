@@ -1,15 +1,21 @@
 import Foundation
 import Model
 
+/// The checkout the tests and benchmarks were built from.
+public enum Repository {
+    /// Shared/TestSupport/Fixtures.swift → the package root.
+    public static var root: URL {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    }
+}
+
 /// The project's recordings (`Fixtures/` at the package root, or `TRACKER_FIXTURES`).
 public enum Fixtures {
     public static var directory: URL {
         if let override = ProcessInfo.processInfo.environment["TRACKER_FIXTURES"] {
             return URL(fileURLWithPath: override)
         }
-        // Shared/TestSupport/Fixtures.swift → the package root → Fixtures
-        return URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("Fixtures")
+        return Repository.root.appendingPathComponent("Fixtures")
     }
 
     public static func url(_ name: String) -> URL { directory.appendingPathComponent(name) }

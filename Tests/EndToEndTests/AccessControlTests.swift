@@ -17,8 +17,7 @@ import Testing
                             "devA": "a-\(UUID().uuidString)", "devB": "b-\(UUID().uuidString)"]
 
     init() throws {
-        let acl = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("config/acl").path
+        let acl = Repository.root.appendingPathComponent("config/acl").path
         broker = try TestBroker(accounts: .init(Self.passwords, aclFile: acl), messageSizeLimit: 2_097_152)
         gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2],
                                      environment: ["TRACKER_MQTT_USERNAME": "tracker-gateway", "TRACKER_MQTT_PASSWORD": Self.passwords["tracker-gateway"]!])

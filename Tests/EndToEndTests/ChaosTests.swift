@@ -16,7 +16,7 @@ import Testing
         defer { constellation.stop() }
         var client = try await constellation.operatorClient()
         let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string("http://127.0.0.1:\(constellation.sinkPort)/points"), "batchSize": .number(100),
+            "url": .string(constellation.sinkURL), "batchSize": .number(100),
             "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
         #expect(synced.ok, "\(synced)")
 
@@ -35,11 +35,11 @@ import Testing
         // A sixth of the fixes, then kill -9 one service while it works through them;
         // the next sixth queues at the broker while it is down; then it restarts.
         let chunks = stride(from: 0, to: fixes.count, by: fixes.count / 6 + 1).map { Array(fixes[$0..<min($0 + fixes.count / 6 + 1, fixes.count)]) }
-        try await publish(chunks[0], with: client)
+        try await Replay.publish(chunks[0], with: client)
         for (i, service) in Constellation.services.enumerated() {
             let harness = constellation.services[service]!
             harness.kill9()
-            try await publish(chunks[i + 1], with: client)
+            try await Replay.publish(chunks[i + 1], with: client)
             let restartedMs = Int64(Date().timeIntervalSince1970 * 1000)
             try harness.start()
             try await constellation.waitOnline([service], since: restartedMs)
@@ -70,22 +70,13 @@ import Testing
         var sink: [String: Int] = [:]
         while ContinuousClock.now < deadline {
             _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
-            sink = try constellation.sinkPoints()
+            sink = constellation.sink!.points()
             if sink.count >= acceptedTotal { break }
         }
         #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")
         let repeated = sink.values.filter { $0 > 1 }.count
         print("chaos: 10,000 fixes, \(acceptedTotal) accepted; sink \(sink.count) distinct, \(repeated) delivered more than once")
         await client.disconnect()
-    }
-
-    func publish(_ fixes: [(device: String, payload: String)], with client: MQTTClient) async throws {
-        for fix in fixes {
-            while client.inFlight > 1_000 { await Task.yield() }
-            try client.publish(MQTTMessage(topic: "tracker/\(fix.device)/fixes", payload: Array(fix.payload.utf8)))
-        }
-        await client.drain(timeout: .seconds(60))
-        #expect(client.inFlight == 0)
     }
 
     /// The decision log once it holds `count` decisions (asking again after each reply), or as it is at the deadline.

@@ -11,7 +11,7 @@ import Testing
 /// containers run. `docker-compose config -q` checks the YAML in scripts/test.
 @Suite(.serialized) struct ComposeTests {
     @Test func theComposeBrokerAccountsAndHealthCheckWork() async throws {
-        let root = Constellation.root
+        let root = Repository.root
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-compose-\(UUID().uuidString.prefix(8))")
         let accounts = dir.appendingPathComponent("accounts")
         try FileManager.default.createDirectory(at: accounts, withIntermediateDirectories: true)

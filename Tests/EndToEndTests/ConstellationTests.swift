@@ -16,13 +16,9 @@ import Testing
         let client = try await constellation.operatorClient()
         let events = try await constellation.collector(["tracker/\(Self.device)/events"])
         let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string("http://127.0.0.1:\(constellation.sinkPort)/points")]))
+            "url": .string(constellation.sinkURL)]))
         #expect(synced.ok, "\(synced)")
-        for line in try Fixtures.lines("demo-fences.jsonl") {
-            let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
-            let added = try await TestClient.command(client, device: Self.device, "addGeofence", args: fence)
-            #expect(added.ok, "\(added)")
-        }
+        try await Replay.armDemoFences(Self.device, with: client)
         let fixes = try Fixtures.lines("demo-drive.jsonl")
         try await Replay.publish(fixes, device: Self.device, with: client)
         try await constellation.waitJudged(Int64(fixes.count))
@@ -37,7 +33,7 @@ import Testing
         try await Replay.waitCount(of: Self.device, accepted.count, with: client)
         let sync = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
         #expect(sync.ok, "\(sync)")
-        let sink = try constellation.sinkPoints()
+        let sink = constellation.sink!.points()
         let missing = accepted.filter { sink["\(Self.device):\($0.seq)"] == nil }
         #expect(missing.isEmpty, "\(missing.count) accepted points missing at the sink")
 
@@ -85,12 +81,26 @@ import Testing
 enum Replay {
     /// Publishes each fix at QoS 1, pipelined, and waits for every acknowledgement.
     static func publish(_ lines: [String], device: String, with client: MQTTClient) async throws {
-        for line in lines {
+        try await publish(lines.map { (device, $0) }, with: client)
+    }
+
+    /// The same for fixes of several devices, in the order given.
+    static func publish(_ fixes: [(device: String, payload: String)], with client: MQTTClient) async throws {
+        for fix in fixes {
             while client.inFlight > 1_000 { await Task.yield() }
-            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", payload: Array(line.utf8)))
+            try client.publish(MQTTMessage(topic: "tracker/\(fix.device)/fixes", payload: Array(fix.payload.utf8)))
         }
         await client.drain(timeout: .seconds(60))
         #expect(client.inFlight == 0)
+    }
+
+    /// The demo's three fences (`Fixtures/demo-fences.jsonl`), armed for `device`.
+    static func armDemoFences(_ device: String, with client: MQTTClient) async throws {
+        for line in try Fixtures.lines("demo-fences.jsonl") {
+            let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
+            let added = try await TestClient.command(client, device: device, "addGeofence", args: fence)
+            #expect(added.ok, "\(added)")
+        }
     }
 
     struct DecisionRow: Decodable { var seq: Int64; var accepted: Bool; var reason: String }

@@ -12,15 +12,18 @@ import Testing
     static let device = "demo-van"
     static let screenshots = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-map-screenshots")
 
-    /// The constellation with the map's listener, the demo's fences and drive replayed.
-    func replayedDemo() async throws -> (Constellation, MQTTClient) {
+    /// The constellation with the map's listener and the demo's fences armed.
+    func demo() async throws -> (Constellation, MQTTClient) {
         let constellation = try Constellation(logins: true, web: true)
         try await constellation.start()
         let client = try await constellation.operatorClient()
-        for line in try Fixtures.lines("demo-fences.jsonl") {
-            let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
-            #expect(try await TestClient.command(client, device: Self.device, "addGeofence", args: fence).ok)
-        }
+        try await Replay.armDemoFences(Self.device, with: client)
+        return (constellation, client)
+    }
+
+    /// The same, with the demo drive replayed and judged.
+    func replayedDemo() async throws -> (Constellation, MQTTClient) {
+        let (constellation, client) = try await demo()
         let fixes = try Fixtures.lines("demo-drive.jsonl")
         try await Replay.publish(fixes, device: Self.device, with: client)
         try await constellation.waitJudged(Int64(fixes.count))
@@ -28,14 +31,8 @@ import Testing
     }
 
     @Test func theLivePageShowsTheFleetAndADaysTrack() async throws {
-        let constellation = try Constellation(logins: true, web: true)
-        try await constellation.start()
+        let (constellation, client) = try await demo()
         defer { constellation.stop() }
-        let client = try await constellation.operatorClient()
-        for line in try Fixtures.lines("demo-fences.jsonl") {
-            let fence = try JSONCoding.decoder.decode(JSONValue.self, from: Data(line.utf8))
-            #expect(try await TestClient.command(client, device: Self.device, "addGeofence", args: fence).ok)
-        }
         // The page opens first; the drive is replayed while it watches.
         let page = "http://127.0.0.1:\(constellation.broker.webPort!)/index.html"
             + "#user=tracker-map&password=\(constellation.passwords["tracker-map"]!)&device=\(Self.device)"
@@ -120,7 +117,7 @@ enum Browser {
     /// Starts the browser; `finish` waits for it and reads what it found.
     static func start(_ url: String, waits: [String], evaluations: [String] = [], screenshot: String? = nil,
                       offline: Bool = false, timeout: Double = 60, in directory: URL) throws -> Running {
-        var arguments = [Constellation.root.appendingPathComponent("scripts/browser.py").path, url, "--timeout", "\(Int(timeout))"]
+        var arguments = [Repository.root.appendingPathComponent("scripts/browser.py").path, url, "--timeout", "\(Int(timeout))"]
         for selector in waits { arguments += ["--wait", selector] }
         for expression in evaluations { arguments += ["--eval", expression] }
         if let screenshot { arguments += ["--screenshot", screenshot] }

@@ -11,19 +11,13 @@ import Testing
 @Suite(.serialized) struct UploaderEndToEndTests {
     @Test func everyPointArrivesOnceThroughFailuresAndAKill() async throws {
         let broker = try TestBroker(persistent: true)
-        let port = try freePort()
-        let received = broker.directory.appendingPathComponent("sink.jsonl")
-        let sinkScript = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("scripts/http-sink.py").path
-        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [sinkScript, "\(port)", received.path, "500", "503"],
-                                    logFile: broker.directory.appendingPathComponent("sink.log").path)
-        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
+        let sink = try HTTPSink(in: broker.directory, answers: ["500", "503"])
         let uploader = try ServiceHarness(executable: "tracker-uploader", broker: broker, config: ["healthIntervalSec": 0.2])
         try uploader.start()
         let client = try await TestClient.connect(port: broker.port)
         try await waitOnline(broker)
         let configured = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string("http://127.0.0.1:\(port)/points"), "batchSize": .number(50), "retryBaseDelaySec": .number(0.05),
+            "url": .string("\(sink.url)/points"), "batchSize": .number(50), "retryBaseDelaySec": .number(0.05),
             "retryMaxDelaySec": .number(0.2)]))
         #expect(configured.ok, "\(configured)")
         func publish(_ range: ClosedRange<Int64>) async throws {
@@ -46,12 +40,7 @@ import Testing
         }
         await health.close()
         // Every (device, seq) arrived; a batch sent just before the kill may have arrived twice, none is missing.
-        let lines = try String(contentsOf: received, encoding: .utf8).split(separator: "\n")
-        let seen = Set(lines.flatMap { line -> [String] in
-            guard let body = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                  let points = body["points"] as? [[String: Any]] else { return [] }
-            return points.compactMap { p in (p["device"] as? String).flatMap { d in (p["seq"] as? Int).map { "\(d):\($0)" } } }
-        })
+        let seen = Set(sink.points().keys)
         let missing = (1...900).map { "van\($0 % 3):\($0)" }.filter { !seen.contains($0) }
         #expect(seen.count == 900, "the sink holds \(seen.count) of 900 distinct points; missing \(missing.prefix(20))")
         await client.disconnect()

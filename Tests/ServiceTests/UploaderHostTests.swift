@@ -163,16 +163,9 @@ extension UploaderHostTests {
     /// The real transport against the scripted sink: an answer, a stall past
     /// the timeout, a refused connection — each told apart, none a crash.
     @Test func theRealTransportTellsAnswersStallsAndRefusals() throws {
-        let port = try freePort()
-        let out = FileManager.default.temporaryDirectory.appendingPathComponent("sink-\(UUID().uuidString).jsonl")
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("scripts/http-sink.py").path
-        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [script, "\(port)", out.path, "429:7", "slow:3"],
-                                    logFile: out.path + ".log")
-        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
+        let sink = try HTTPSink(in: FileManager.default.temporaryDirectory, answers: ["429:7", "slow:3"])
         let transport = URLSessionTransport()
-        let request = UploadRequest(method: "POST", url: "http://127.0.0.1:\(port)/p", headers: ["Content-Type": "application/json"], body: Array("{}".utf8))
-        #expect(waitForPort(port, timeout: 10), "the sink did not start listening")
+        let request = UploadRequest(method: "POST", url: "\(sink.url)/p", headers: ["Content-Type": "application/json"], body: Array("{}".utf8))
         #expect(transport.send(request, timeoutMs: 2_000) == Exchange(statusCode: 429, retryAfter: "7"))
         let stalled = transport.send(request, timeoutMs: 500)
         #expect(stalled.statusCode == nil && stalled.failure == "timed out", "\(stalled)")
@@ -204,24 +197,18 @@ extension UploaderHostTests {
 extension UploaderHostTests {
     /// OsmAnd to a real server: one request per point, its fields in the query, as Traccar reads them.
     @Test func osmandReachesARealServerOneRequestPerPoint() throws {
-        let port = try freePort()
-        let out = FileManager.default.temporaryDirectory.appendingPathComponent("osmand-\(UUID().uuidString).jsonl")
-        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-            .appendingPathComponent("scripts/http-sink.py").path
-        let sink = try ChildProcess(executable: "/usr/bin/python3", arguments: [script, "\(port)", out.path], logFile: out.path + ".log")
-        defer { sink.kill(SIGKILL); _ = sink.wait(timeout: 5) }
-        #expect(waitForPort(port, timeout: 10))
+        let sink = try HTTPSink(in: FileManager.default.temporaryDirectory)
         let uploader = try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: [:], source: "test")),
                                                                   topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
                                                                   transport: URLSessionTransport()),
                                        databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
                                        counters: HealthCounters(), clock: clock)
         defer { uploader.close() }
-        _ = try command(uploader, "configureSync", #"{"url":"http://127.0.0.1:\#(port)/","format":"osmand","autoSync":false}"#)
+        _ = try command(uploader, "configureSync", #"{"url":"\#(sink.url)/","format":"osmand","autoSync":false}"#)
         for seq in Int64(1)...3 { uploader.receive(point(seq)) }
         #expect(uploader.commit())
         #expect(try command(uploader, "syncNow").result?["count"] == .number(3))
-        let lines = try String(contentsOf: out, encoding: .utf8).split(separator: "\n")
+        let lines = sink.lines
         #expect(lines.count == 3)
         let query = lines.first.flatMap { URLComponents(string: "http://x\($0)")?.queryItems } ?? []
         let fields = Dictionary(query.map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })

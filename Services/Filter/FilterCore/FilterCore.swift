@@ -129,11 +129,7 @@ public struct Verdict: Sendable, Equatable {
 public struct FilterCore: Sendable {
     public var profile: FilterProfile
 
-    /// Accuracy assumed when a fix reports 0 (some platforms' "unknown").
-    static let unknownAccuracyM = 30.0
-    /// Phones' `acc` is a ~68 % radius; per axis that is about acc / 1.5.
-    static let accuracyToSigma = 1 / 1.5
-    static let minimumSigmaM = 2.0
+    static let accuracyToSigma = Accuracy.toSigma
     /// Doppler speeds below this say "standing"; a walker's stay above it but for single dips.
     static let standingDopplerMps = 0.5
     /// Doppler speeds from this up say "moving", even at a slow walk.
@@ -191,7 +187,7 @@ public struct FilterCore: Sendable {
         if state.previousPosition == position {
             return reject(fix, .repeatedPosition, state: state)
         }
-        let accuracy = fix.accuracyM == 0 ? Self.unknownAccuracyM : fix.accuracyM
+        let accuracy = Accuracy.meters(fix.accuracyM)
         // 4. Accuracy ceiling.
         if accuracy > profile.accuracyCeilingM {
             return reject(fix, .accuracyTooLow, state: state, measured: accuracy, limit: profile.accuracyCeilingM)
@@ -207,7 +203,7 @@ public struct FilterCore: Sendable {
             frame = state.frame!
             (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
         }
-        let sigma = max(Self.minimumSigmaM, accuracy * Self.accuracyToSigma)
+        let sigma = Accuracy.sigma(accuracy)
         let r = sigma * sigma
 
         // 5. Implied speed from the last accepted point, allowing for both accuracies.
@@ -339,7 +335,7 @@ public struct FilterCore: Sendable {
     private func initialize(_ fix: FilterInput, accuracy: Double, state: inout DeviceFilterState) -> Verdict {
         let frame = state.frame ?? LocalFrame(originLat: fix.latitude, originLon: fix.longitude)
         let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
-        let sigma = max(Self.minimumSigmaM, accuracy * Self.accuracyToSigma)
+        let sigma = Accuracy.sigma(accuracy)
         var ve = 0.0, vn = 0.0, velocityVariance = 25.0
         if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
             ve = speed * sin(course * .pi / 180); vn = speed * cos(course * .pi / 180); velocityVariance = 4

@@ -102,8 +102,7 @@ extension FilterCore {
     func fit(_ fix: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
         guard let frame = state.frame, state.east != nil, fix.timeMs > state.filterTimeMs else { return nil }
         let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
-        let accuracy = fix.accuracyM == 0 ? Self.unknownAccuracyM : fix.accuracyM
-        let sigma = max(Self.minimumSigmaM, accuracy * Self.accuracyToSigma)
+        let sigma = Accuracy.sigma(fix.accuracyM)
         let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
         let q = profile.movingQ * Self.storyQFactor * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
         let r = sigma * sigma

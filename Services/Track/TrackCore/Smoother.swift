@@ -1,32 +1,21 @@
 import Foundation
+import Model
 
-/// One axis of a constant-velocity model: position and velocity with their covariance.
-struct AxisState {
-    var p: Double, v: Double
-    var pp: Double, pv: Double, vv: Double
-
-    func predicted(dt: Double, q: Double) -> AxisState {
-        let dt2 = dt * dt
-        return AxisState(p: p + v * dt, v: v,
-                         pp: pp + 2 * dt * pv + dt2 * vv + q * dt2 * dt / 3,
-                         pv: pv + dt * vv + q * dt2 / 2,
-                         vv: vv + q * dt)
-    }
-
-    mutating func observe(position z: Double, r: Double) {
-        let s = pp + r, kp = pp / s, kv = pv / s, y = z - p
-        p += kp * y; v += kv * y
-        (pp, pv, vv) = (pp - kp * pp, pv - kp * pv, vv - kv * pv)
-    }
-
-    mutating func observe(velocity z: Double, r: Double) {
-        let s = vv + r, kp = pv / s, kv = vv / s, y = z - v
-        p += kp * y; v += kv * y
-        (pp, pv, vv) = (pp - kp * pv, pv - kp * vv, vv - kv * vv)
+extension AxisFilter {
+    /// The state moved `dt` ahead, leaving this one as it is.
+    func predicted(dt: Double, q: Double) -> AxisFilter {
+        var next = self
+        next.predict(dt: dt, q: q)
+        return next
     }
 
     /// The same state seen with time running backwards: the velocity turns round.
-    var reversed: AxisState { AxisState(p: p, v: -v, pp: pp, pv: -pv, vv: vv) }
+    var reversed: AxisFilter {
+        var back = self
+        back.velocity = -velocity
+        back.pv = -pv
+        return back
+    }
 }
 
 /// A measured fix in a local metric frame.
@@ -70,10 +59,9 @@ enum Smoother {
         var result = live.map { (x: $0.x, y: $0.y) }
         guard n > 1, let end = live.last else { return result }
         // The backward filter starts from the live estimate at the run's end.
-        var east = AxisState(p: end.x, v: -(end.velocity?.east ?? 0), pp: end.r, pv: 0,
-                             vv: end.velocity == nil ? 100 : liveVelocityVariance)
-        var north = AxisState(p: end.y, v: -(end.velocity?.north ?? 0), pp: end.r, pv: 0,
-                              vv: end.velocity == nil ? 100 : liveVelocityVariance)
+        let velocityVariance = end.velocity == nil ? 100 : liveVelocityVariance
+        var east = AxisFilter(position: end.x, velocity: -(end.velocity?.east ?? 0), positionVariance: end.r, velocityVariance: velocityVariance)
+        var north = AxisFilter(position: end.y, velocity: -(end.velocity?.north ?? 0), positionVariance: end.r, velocityVariance: velocityVariance)
         for k in stride(from: n - 2, through: 0, by: -1) {
             let o = observations[k]
             let dt = max(0.001, Double(observations[k + 1].timeMs - o.timeMs) / 1000)
@@ -83,11 +71,11 @@ enum Smoother {
             let forward = live[k]
             result[k].x = fuse(forward.x, forward.velocity?.east, r: forward.r, east.reversed)
             result[k].y = fuse(forward.y, forward.velocity?.north, r: forward.r, north.reversed)
-            east.observe(position: o.x, r: o.r)
-            north.observe(position: o.y, r: o.r)
+            east.update(position: o.x, r: o.r)
+            north.update(position: o.y, r: o.r)
             if let v = o.velocity {
-                east.observe(velocity: -v.east, r: v.r)
-                north.observe(velocity: -v.north, r: v.r)
+                east.update(velocity: -v.east, r: v.r)
+                north.update(velocity: -v.north, r: v.r)
             }
         }
         return result
@@ -98,14 +86,14 @@ enum Smoother {
     /// (full covariance): x = (Pf⁻¹ + Pb⁻¹)⁻¹ (Pf⁻¹ xf + Pb⁻¹ xb). The
     /// velocities matter: the backward position error is mostly its velocity
     /// error times the gap, which the forward velocity corrects.
-    private static func fuse(_ p: Double, _ v: Double?, r: Double, _ b: AxisState) -> Double {
+    private static func fuse(_ p: Double, _ v: Double?, r: Double, _ b: AxisFilter) -> Double {
         let det = b.pp * b.vv - b.pv * b.pv
-        guard let v, det > 1e-12 else { return (p * b.pp + b.p * r) / (b.pp + r) }
+        guard let v, det > 1e-12 else { return (p * b.pp + b.position * r) / (b.pp + r) }
         let (b11, b12, b22) = (b.vv / det, -b.pv / det, b.pp / det)
         let rv = liveVelocityVariance
         let (i11, i12, i22) = (1 / r + b11, b12, 1 / rv + b22)
-        let y1 = p / r + b11 * b.p + b12 * b.v
-        let y2 = v / rv + b12 * b.p + b22 * b.v
+        let y1 = p / r + b11 * b.position + b12 * b.velocity
+        let y2 = v / rv + b12 * b.position + b22 * b.velocity
         return (i22 * y1 - i12 * y2) / (i11 * i22 - i12 * i12)
     }
 }

@@ -161,8 +161,6 @@ public struct TrackBuilder: Sendable {
     private func observation(_ p: StoredPoint, _ frame: LocalFrame) -> Observation {
         let m = p.measured ?? MeasuredFix(latitude: p.point.latitude, longitude: p.point.longitude, accuracyM: p.point.accuracyM)
         let (x, y) = frame.toLocal(lat: m.latitude, lon: m.longitude)
-        // A phone's accuracy is a ~68 % radius: about 1.5 σ per axis.
-        let sigma = max(2, (m.accuracyM > 0 ? m.accuracyM : 30) / 1.5)
         var velocity: (Double, Double, Double)?
         if let speed = m.speedMps {
             if speed < 0.3 {
@@ -173,19 +171,24 @@ public struct TrackBuilder: Sendable {
                 velocity = (speed * sin(radians), speed * cos(radians), 0.25 + 0.008 * speed * speed)
             }
         }
-        return Observation(timeMs: p.point.timeMs, x: x, y: y, r: sigma * sigma, velocity: velocity)
+        return Observation(timeMs: p.point.timeMs, x: x, y: y, r: Self.variance(accuracyM: m.accuracyM), velocity: velocity)
     }
 
     private func live(_ p: StoredPoint, _ frame: LocalFrame) -> LiveEstimate {
         let (x, y) = frame.toLocal(lat: p.point.latitude, lon: p.point.longitude)
-        let sigma = max(2, (p.point.accuracyM > 0 ? p.point.accuracyM : 30) / 1.5)
         var velocity: (Double, Double)?
         if let speed = p.point.speedMps, speed < 0.3 {
             velocity = (0, 0)
         } else if let speed = p.point.speedMps, let course = p.point.courseDeg {
             velocity = (speed * sin(course * .pi / 180), speed * cos(course * .pi / 180))
         }
-        return LiveEstimate(x: x, y: y, r: sigma * sigma, velocity: velocity)
+        return LiveEstimate(x: x, y: y, r: Self.variance(accuracyM: p.point.accuracyM), velocity: velocity)
+    }
+
+    /// Position variance per axis for an accuracy.
+    static func variance(accuracyM: Double) -> Double {
+        let sigma = Accuracy.sigma(accuracyM)
+        return sigma * sigma
     }
 
     /// Index ranges of equal speed band (of the speed averaged over ±15 s);

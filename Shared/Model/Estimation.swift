@@ -57,3 +57,19 @@ public struct AxisFilter: Codable, Sendable, Equatable {
         vv = (1 - kv) * ovv
     }
 }
+
+/// What a fix's reported accuracy says about its error, the same for every
+/// stage that weighs positions (the filter, the track's smoother).
+public enum Accuracy {
+    /// Assumed when a fix reports 0 (some platforms' "unknown").
+    public static let unknownM = 30.0
+    /// Phones' `acc` is a ~68 % radius; per axis that is about acc / 1.5.
+    public static let toSigma = 1 / 1.5
+    /// No fix is trusted to better than this per axis.
+    public static let minimumSigmaM = 2.0
+
+    /// The accuracy to use: 0 read as unknown.
+    public static func meters(_ accuracyM: Double) -> Double { accuracyM == 0 ? unknownM : accuracyM }
+    /// Position standard deviation per axis.
+    public static func sigma(_ accuracyM: Double) -> Double { max(minimumSigmaM, meters(accuracyM) * toSigma) }
+}
