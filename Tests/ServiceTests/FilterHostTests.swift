@@ -54,4 +54,23 @@ import Testing
         #expect(filter!.commit())
         #expect(pointSeqs() == [1, 2, 3, 4])
     }
+
+    /// A device that reports every 10 s holds a fix at all times, each a new
+    /// one: each waits its own look-ahead, counted from when it was held.
+    @Test func eachHeldFixWaitsItsOwnLookAhead() throws {
+        let filter = try host()
+        for i in 0..<4 {
+            filter.receive(raw(Int64(i + 1), t: Double(i) * 10, y: Double(i) * 120))
+            #expect(filter.commit())
+            clock.advance(by: .seconds(10))
+            filter.tick()
+            #expect(filter.commit())
+        }
+        // 40 s after the first fix was held, 10 s after the fourth was: the fourth still waits for the fifth.
+        #expect(pointSeqs() == [1, 2, 3])
+        clock.advance(by: .seconds(21))
+        filter.tick()
+        #expect(filter.commit())
+        #expect(pointSeqs() == [1, 2, 3, 4])
+    }
 }

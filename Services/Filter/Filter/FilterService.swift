@@ -72,14 +72,18 @@ enum FilterService {
                 sweep: settings.profile.lookAhead ? SweepRoute(every: .seconds(1), candidates: { nowMs in
                     try store.heldSince(nowMs - settings.profile.lookAheadMs)
                 }, apply: { work in
+                    let held = work.row.state.pending?.seq
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
+                    try noteHeld(work, before: held, store: store)
                 }) : nil)
         }
     }
 
     private static func judge(_ raw: RawFix, _ work: Work<FilterRow>, core: FilterCore, store: FilterStore,
                               settings: FilterSettings) throws {
+        let held = work.row.state.pending?.seq
         try record(core.handle(raw, row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
+        try noteHeld(work, before: held, store: store)
         work.processed()
         work.lag(work.nowMs - raw.receivedMs)
     }
@@ -108,6 +112,14 @@ enum FilterService {
             // Health's accounting: accepted + rejected = fixes judged.
             work.count(judgement.point == nil ? "rejected" : "accepted")
         }
-        try store.noteHeld(work.device, holding: work.row.state.pending != nil, nowMs: work.nowMs)
+    }
+
+    /// The held table follows the device's held fix: a new one starts its
+    /// look-ahead now, none leaves the table. Untouched while nothing changes
+    /// (every fix a second apart), so it costs no write per fix.
+    private static func noteHeld(_ work: Work<FilterRow>, before: Int64?, store: FilterStore) throws {
+        let now = work.row.state.pending?.seq
+        guard now != before else { return }
+        try store.noteHeld(work.device, since: now == nil ? nil : work.nowMs)
     }
 }

@@ -53,10 +53,10 @@ final class FilterStore {
         points = try DeviceLog(db: db, table: "points")
     }
 
-    /// Notes whether the device holds a fix now; a new hold starts its clock.
-    func noteHeld(_ device: DeviceID, holding: Bool, nowMs: Int64) throws {
-        if holding {
-            try db.run("INSERT OR IGNORE INTO held (device, sinceMs) VALUES (?, ?)", .text(device.rawValue), .integer(nowMs))
+    /// The device holds a fix since `sinceMs` (wall clock), or none (nil).
+    func noteHeld(_ device: DeviceID, since sinceMs: Int64?) throws {
+        if let sinceMs {
+            try db.run("INSERT OR REPLACE INTO held (device, sinceMs) VALUES (?, ?)", .text(device.rawValue), .integer(sinceMs))
         } else {
             try db.run("DELETE FROM held WHERE device = ?", .text(device.rawValue))
         }
