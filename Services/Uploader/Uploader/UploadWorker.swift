@@ -48,6 +48,9 @@ final class UploadWorker: @unchecked Sendable {
         var waiting = 0
         /// Points committed to the queue since start, to keep `waiting` true between passes.
         var noted = 0
+        /// A wake-up for new points is signalled and its pass has not started:
+        /// more points need no more signals (one per point queued a pass per point).
+        var woken = false
     }
     private let state = Mutex(State())
 
@@ -80,8 +83,13 @@ final class UploadWorker: @unchecked Sendable {
 
     /// A point was committed to the queue: health counts it at once, a pass sends it.
     func noteQueued() {
-        state.withLock { $0.noted += 1; $0.waiting += 1 }
-        wakeUp.signal()
+        let signal = state.withLock { s -> Bool in
+            s.noted += 1
+            s.waiting += 1
+            defer { s.woken = true }
+            return !s.woken
+        }
+        if signal { wakeUp.signal() }
     }
 
     /// `syncNow`: an attempt now, whatever autoSync and the backoff say;
@@ -111,7 +119,7 @@ final class UploadWorker: @unchecked Sendable {
             // A `syncNow` is answered by the pass that starts after it asked, never
             // by one already under way (that one read the state before the request).
             let (forced, waiters) = state.withLock { s in
-                defer { s.forced = false; s.waiters = [] }
+                defer { s.forced = false; s.waiters = []; s.woken = false }
                 return (s.forced, s.waiters)
             }
             var pause: Int64 = 1_000
