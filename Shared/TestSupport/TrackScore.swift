@@ -28,12 +28,14 @@ public struct TrackScore: Sendable, CustomStringConvertible {
         let filter = FilterCore()
         var state = DeviceFilterState(), stored: [StoredPoint] = []
         var truthAt: [Int64: (Double, Double)] = [:]
-        for (i, sample) in samples.enumerated() {
-            let input = FilterInput(sample.fix, seq: Int64(i + 1))
-            guard let point = filter.judge(input, state: &state).point else { continue }
-            stored.append(StoredPoint(point: point, measured: MeasuredFix(latitude: input.latitude, longitude: input.longitude,
-                                                                         accuracyM: input.accuracyM, speedMps: input.speedMps,
-                                                                         courseDeg: input.courseDeg)))
+        // The live points as the filter service makes them: with its look-ahead, a sparse fix one fix late.
+        var judged: [Judged] = []
+        for (i, sample) in samples.enumerated() { judged += filter.submit(FilterInput(sample.fix, seq: Int64(i + 1)), state: &state) }
+        judged += filter.flush(state: &state)
+        for due in judged {
+            guard let point = due.verdict.point else { continue }
+            let sample = samples[Int(due.fix.seq) - 1]
+            stored.append(StoredPoint(point: point, measured: due.fix.reading))
             truthAt[point.timeMs] = (sample.truthLat, sample.truthLon)
         }
         var unsimplified = options
