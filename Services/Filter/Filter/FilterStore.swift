@@ -42,6 +42,12 @@ final class FilterStore {
             """),
         // Devices with a sparse fix held for the next one (look-ahead), and since when (wall clock).
         ("4-held", "CREATE TABLE held (device TEXT PRIMARY KEY, sinceMs INTEGER NOT NULL) WITHOUT ROWID;"),
+        // Devices with fixes waiting (held, or in the smoothing lag), and when to look at them again.
+        ("5-waiting", """
+            CREATE TABLE waiting (device TEXT PRIMARY KEY, dueMs INTEGER NOT NULL) WITHOUT ROWID;
+            INSERT INTO waiting (device, dueMs) SELECT device, sinceMs FROM held;
+            DROP TABLE held;
+            """),
     ]
 
     let db: Database
@@ -53,18 +59,19 @@ final class FilterStore {
         points = try DeviceLog(db: db, table: "points")
     }
 
-    /// The device holds a fix since `sinceMs` (wall clock), or none (nil).
-    func noteHeld(_ device: DeviceID, since sinceMs: Int64?) throws {
-        if let sinceMs {
-            try db.run("INSERT OR REPLACE INTO held (device, sinceMs) VALUES (?, ?)", .text(device.rawValue), .integer(sinceMs))
+    /// The device has fixes waiting, to look at again at `dueMs` (wall
+    /// clock), or none (nil).
+    func noteWaiting(_ device: DeviceID, due dueMs: Int64?) throws {
+        if let dueMs {
+            try db.run("INSERT OR REPLACE INTO waiting (device, dueMs) VALUES (?, ?)", .text(device.rawValue), .integer(dueMs))
         } else {
-            try db.run("DELETE FROM held WHERE device = ?", .text(device.rawValue))
+            try db.run("DELETE FROM waiting WHERE device = ?", .text(device.rawValue))
         }
     }
 
-    /// Devices whose held fix has waited since `beforeMs` or longer.
-    func heldSince(_ beforeMs: Int64) throws -> [DeviceID] {
-        try db.query("SELECT device FROM held WHERE sinceMs <= ? ORDER BY sinceMs LIMIT 10000", [.integer(beforeMs)]) {
+    /// Devices with fixes waiting that are due by `nowMs`.
+    func waitingDue(_ nowMs: Int64) throws -> [DeviceID] {
+        try db.query("SELECT device FROM waiting WHERE dueMs <= ? ORDER BY dueMs LIMIT 10000", [.integer(nowMs)]) {
             DeviceID($0.string(0))
         }.compactMap { $0 }
     }

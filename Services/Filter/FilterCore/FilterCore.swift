@@ -37,6 +37,13 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var previousPosition: Position?
     /// A sparse fix held back until the next one tells a jump from a turn.
     public var pending: FilterInput?
+    /// Fixes without Doppler judged but not yet published: they come out
+    /// smoothed, `smoothingLagMs` later (see `Smoothing.swift`). Optional so
+    /// that state saved before it existed still decodes.
+    public var lagging: [Lagging]?
+    /// When the last "still here" point was decided (fix time), which may
+    /// be before it is published.
+    public var standingMs: Int64?
 
     public init() {}
 
@@ -117,11 +124,29 @@ public struct FilterInput: Codable, Sendable, Equatable {
 }
 
 /// The verdict on one fix.
-public struct Verdict: Sendable, Equatable {
+public struct Verdict: Codable, Sendable, Equatable {
     public var decision: Decision
     /// The point to publish when accepted.
     public var point: TrackPoint?
     public var rejection: RejectReason?
+    /// Taken by the Kalman filter, point not yet decided: the filter's step,
+    /// from which the point is placed (at once, or smoothed later).
+    var step: FilterStep?
+    /// A "still here" point: published at the last point's place.
+    var standing = false
+
+    /// Accepted, or about to be placed.
+    var taken: Bool { point != nil || step != nil }
+}
+
+/// One update of the Kalman filter: what it predicted and what it made of
+/// the fix, in the local frame of the time.
+public struct FilterStep: Codable, Sendable, Equatable {
+    public var frame: LocalFrame
+    /// The filter's time before the step, and after it (the fix's) (ms).
+    public var priorTimeMs: Int64, timeMs: Int64
+    public var predictedEast: AxisFilter, predictedNorth: AxisFilter
+    public var east: AxisFilter, north: AxisFilter
 }
 
 /// The filter: a Kalman filter and a staged acceptance pipeline. Pure: the
@@ -149,7 +174,15 @@ public struct FilterCore: Sendable {
         state.externalMotion = motion
     }
 
+    /// Judges one fix and publishes its point at once (no smoothing lag,
+    /// no look-ahead: `submit` has both).
     public func judge(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
+        conclude(assess(fix, state: &state), fix: fix, state: &state)
+    }
+
+    /// The forward pass: every gate, the Kalman update. A fix the filter
+    /// takes comes back with its step, its point not yet placed.
+    func assess(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
         // 1. Validity.
         guard fix.latitude.isFinite, fix.longitude.isFinite, abs(fix.latitude) <= 90, abs(fix.longitude) <= 180,
               !(fix.latitude == 0 && fix.longitude == 0), fix.accuracyM.isFinite, fix.accuracyM >= 0 else {
@@ -251,6 +284,10 @@ public struct FilterCore: Sendable {
             // it cannot learn of the departure until this fix goes out).
             if state.externalMotion == .stationary { state.externalMotion = nil }
             state.departedMs = fix.timeMs
+            // The trend windows still hold the stop (the longest, most of a
+            // minute of it): asked now, they would park the device again at
+            // once. The moving trend starts with the departure.
+            state.trend = TrendWindows()
             // From standstill the speed is unknown: let the filter pick it up.
             if var east = state.east, var north = state.north {
                 east.vv = max(east.vv, 25)
@@ -270,6 +307,7 @@ public struct FilterCore: Sendable {
         let q = state.externalMotion == .stationary ? profile.stationaryQ
             : profile.movingQ * max(1, dt) * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
         var (east, north, mahalanobis) = predicted(state, dt: dt, q: q, x: x, y: y, r: r)
+        let (predictedEast, predictedNorth, priorTimeMs) = (east, north, state.filterTimeMs)
         if mahalanobis > profile.innovationGate {
             if let recovered = recover(fix, x: x, y: y, accuracy: accuracy, state: &state) { return recovered }
             return reject(fix, .innovationOutlier, state: state, measured: mahalanobis, limit: profile.innovationGate)
@@ -315,19 +353,66 @@ public struct FilterCore: Sendable {
             return reject(fix, .stationaryDrift, state: state, measured: doppler, limit: Self.standingDopplerMps)
         }
 
-        // 8. Minimum spacing: a step shorter than the estimate's own
-        // uncertainty is mostly noise and would only lengthen the track.
-        // Without Doppler the velocity itself is uncertain, so a step must be
-        // significant at about 95 % (two standard deviations) to count.
-        if let last = state.lastAccepted {
-            let spacing = hypot(east.position - last.x, north.position - last.y)
-            let sigmas = fix.speedMps == nil ? 2.0 : 1.0
-            let minimum = max(profile.minSpacingM, sigmas * max(east.pp, north.pp).squareRoot())
+        // 8. Minimum spacing and the point: `conclude`, or the smoother.
+        let step = FilterStep(frame: state.frame!, priorTimeMs: priorTimeMs, timeMs: fix.timeMs, predictedEast: predictedEast,
+                              predictedNorth: predictedNorth, east: east, north: north)
+        return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted",
+                                          estimate: estimate(state)), point: nil, rejection: nil, step: step)
+    }
+
+    /// Places and publishes an assessed fix's point at once, from the
+    /// forward filter's own estimate.
+    func conclude(_ verdict: Verdict, fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
+        guard let step = verdict.step else { return published(verdict, state: &state) }
+        // A step shorter than the estimate's own uncertainty is mostly noise
+        // and would only lengthen the track. Without Doppler the velocity
+        // itself is uncertain, so a step must be significant at about 95 %
+        // (two standard deviations) to count.
+        let sigmas = fix.speedMps == nil ? 2.0 : 1.0
+        let placed = Placement(step.east, step.north, frame: step.frame)
+        return place(placed, fix: fix, minimum: sigmas * placed.sigma, state: &state)
+    }
+
+    /// The point at `placed`, or `min_spacing` when it is closer than
+    /// `minimum` (or the profile's) to the last published point.
+    func place(_ placed: Placement, fix: FilterInput, minimum: Double, state: inout DeviceFilterState) -> Verdict {
+        let minimum = max(profile.minSpacingM, minimum)
+        if let last = state.lastAccepted, let frame = state.frame {
+            let (x, y) = frame.toLocal(lat: placed.latitude, lon: placed.longitude)
+            let spacing = hypot(x - last.x, y - last.y)
             if spacing < minimum {
                 return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
             }
         }
-        return accept(fix, state: &state)
+        let accuracy = placed.sigma / Self.accuracyToSigma
+        let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: placed.latitude,
+                               longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed,
+                               courseDeg: placed.speed >= 0.5 ? placed.course : nil, odometerM: 0)
+        let estimate = Estimate(latitude: placed.latitude, longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed)
+        let verdict = Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
+                              point: point, rejection: nil)
+        return published(verdict, state: &state)
+    }
+
+    /// Makes a decided point public: the odometer counts the way from the
+    /// last published point; a "still here" point repeats it.
+    func published(_ verdict: Verdict, state: inout DeviceFilterState) -> Verdict {
+        guard var point = verdict.point, let frame = state.frame else { return verdict }
+        var verdict = verdict
+        if verdict.standing, let last = state.lastAccepted {
+            (point.latitude, point.longitude) = frame.toGeo(x: last.x, y: last.y)
+            point.accuracyM = last.accuracyM
+            state.lastAccepted?.timeMs = point.timeMs
+        } else {
+            let (x, y) = frame.toLocal(lat: point.latitude, lon: point.longitude)
+            if let last = state.lastAccepted { state.odometerM += hypot(x - last.x, y - last.y) }
+            state.lastAccepted = .init(x: x, y: y, timeMs: point.timeMs, accuracyM: point.accuracyM)
+        }
+        point.odometerM = state.odometerM
+        verdict.point = point
+        verdict.decision.estimate?.latitude = point.latitude
+        verdict.decision.estimate?.longitude = point.longitude
+        return verdict
     }
 
     // MARK: Steps
@@ -470,31 +555,24 @@ public struct FilterCore: Sendable {
         guard state.externalMotion == .moving || state.externalMotion == .stopPending,
               let anchor = state.stationaryAnchor, let last = state.lastAccepted, let frame = state.frame,
               hypot(anchor.x - last.x, anchor.y - last.y) <= profile.stationaryRadiusM,
-              fix.timeMs - last.timeMs >= Self.standingConfirmationMs else { return nil }
-        state.lastAccepted?.timeMs = fix.timeMs
+              fix.timeMs - max(last.timeMs, state.standingMs ?? .min) >= Self.standingConfirmationMs else { return nil }
+        state.standingMs = fix.timeMs
         let (lat, lon) = frame.toGeo(x: last.x, y: last.y)
         let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: lat, longitude: lon,
                                accuracyM: last.accuracyM, speedMps: 0, odometerM: state.odometerM)
         let estimate = Estimate(latitude: lat, longitude: lon, accuracyM: last.accuracyM, speedMps: 0)
         return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
-                       point: point, rejection: nil)
+                       point: point, rejection: nil, standing: true)
     }
 
+    /// A (re)started filter's first point, published as it is.
     private func accept(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
-        let east = state.east!, north = state.north!, frame = state.frame!
-        let accuracy = max(east.pp, north.pp).squareRoot() / Self.accuracyToSigma
-        if let last = state.lastAccepted {
-            state.odometerM += hypot(east.position - last.x, north.position - last.y)
-        }
-        state.lastAccepted = .init(x: east.position, y: north.position, timeMs: fix.timeMs, accuracyM: accuracy)
-        let (lat, lon) = frame.toGeo(x: east.position, y: north.position)
-        let speed = hypot(east.velocity, north.velocity)
-        var course = atan2(east.velocity, north.velocity) * 180 / .pi
-        if course < 0 { course += 360 }
-        let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: lat, longitude: lon,
-                               accuracyM: accuracy, speedMps: speed, courseDeg: speed >= 0.5 ? course : nil,
-                               odometerM: state.odometerM)
-        let estimate = Estimate(latitude: lat, longitude: lon, accuracyM: accuracy, speedMps: speed)
+        let placed = Placement(state.east!, state.north!, frame: state.frame!)
+        let accuracy = placed.sigma / Self.accuracyToSigma
+        let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: placed.latitude,
+                               longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed,
+                               courseDeg: placed.speed >= 0.5 ? placed.course : nil, odometerM: 0)
+        let estimate = Estimate(latitude: placed.latitude, longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed)
         return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
                        point: point, rejection: nil)
     }

@@ -6,6 +6,9 @@ import Model
 public struct FilterRow: Codable, Sendable, Equatable {
     public var state: DeviceFilterState
     public var rejections: Int
+    /// When the device's newest fix reached the service (wall clock, ms):
+    /// what waits for later fixes is published once it has been silent long enough.
+    public var arrivedMs: Int64?
 
     public init(state: DeviceFilterState = DeviceFilterState(), rejections: Int = 0) {
         self.state = state; self.rejections = rejections
@@ -14,10 +17,12 @@ public struct FilterRow: Codable, Sendable, Equatable {
     /// A stored row; state an older version wrote restarts the filter but
     /// keeps the odometer and ordering (`restarted` says so).
     public static func restored(from data: Data, using decoder: JSONDecoder) throws -> (row: FilterRow, restarted: Bool) {
-        struct Stored: Decodable { var state: JSONValue; var rejections: Int? }
+        struct Stored: Decodable { var state: JSONValue; var rejections: Int?; var arrivedMs: Int64? }
         let stored = try decoder.decode(Stored.self, from: data)
         let (state, restarted) = DeviceFilterState.restored(from: JSONCoding.encode(stored.state), using: decoder)
-        return (FilterRow(state: state, rejections: stored.rejections ?? 0), restarted)
+        var row = FilterRow(state: state, rejections: stored.rejections ?? 0)
+        row.arrivedMs = stored.arrivedMs
+        return (row, restarted)
     }
 }
 

@@ -36,24 +36,42 @@ extension FilterCore {
     /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
     /// is held), one, or two (a held fix and this one).
     public func submit(_ fix: FilterInput, state: inout DeviceFilterState) -> [Judged] {
-        var due: [Judged] = []
+        var assessed: [(FilterInput, Verdict)] = []
         if let held = state.pending {
             state.pending = nil
-            due.append(Judged(fix: held, verdict: resolve(held, next: fix, state: &state)))
+            assessed.append((held, resolve(held, next: fix, state: &state)))
         }
         if profile.lookAhead, waitsForNext(fix, state: state) {
             state.pending = fix
-            return due
+        } else {
+            assessed.append((fix, assess(fix, state: &state)))
         }
-        due.append(Judged(fix: fix, verdict: judge(fix, state: &state)))
-        return due
+        return conclude(assessed, state: &state)
     }
 
-    /// The held fix's verdict when no next fix is coming (silence, a session's end).
+    /// Everything still waiting when no next fix is coming (silence, a
+    /// session's end): the held fix judged alone, the smoothing lag emptied.
     public func flush(state: inout DeviceFilterState) -> [Judged] {
-        guard let held = state.pending else { return [] }
-        state.pending = nil
-        return [Judged(fix: held, verdict: judge(held, state: &state))]
+        var due: [Judged] = []
+        if let held = state.pending {
+            state.pending = nil
+            due = conclude([(held, assess(held, state: &state))], state: &state)
+        }
+        return due + releaseLagging(before: .max, state: &state)
+    }
+
+    /// Whether anything waits for a later fix (held, or in the smoothing lag).
+    public func waits(_ state: DeviceFilterState) -> Bool {
+        state.pending != nil || !(state.lagging ?? []).isEmpty
+    }
+
+    /// When what waits is published if no fix comes (wall clock, ms), given
+    /// when the newest fix arrived; nil when nothing waits. A held fix
+    /// waits the look-ahead, the smoothing lag its own length.
+    public func dueMs(silentSince arrivedMs: Int64, state: DeviceFilterState) -> Int64? {
+        if state.pending != nil { return arrivedMs + profile.lookAheadMs }
+        if !(state.lagging ?? []).isEmpty { return arrivedMs + profile.smoothingLagMs }
+        return nil
     }
 
     /// A sparse fix the filter would accept, whose next fix is due within the
@@ -65,14 +83,14 @@ extension FilterCore {
         guard state.east != nil, state.stationaryAnchor == nil, state.externalMotion != .stationary,
               gap >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return false }
         var trial = state
-        return judge(fix, state: &trial).point != nil
+        return assess(fix, state: &trial).taken
     }
 
     /// Judges a held fix knowing the fix after it.
     private func resolve(_ held: FilterInput, next: FilterInput, state: inout DeviceFilterState) -> Verdict {
         var through = state
-        let verdict = judge(held, state: &through)
-        guard verdict.point != nil else { state = through; return verdict }
+        let verdict = assess(held, state: &through)
+        guard verdict.taken else { state = through; return verdict }
         var without = state
         without.newestMs = held.timeMs
         without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)

@@ -28,6 +28,9 @@ public struct FilterProfile: Sendable, Equatable {
     /// fix before it is judged alone (wall clock, ms); 0 judges every fix at once.
     public var lookAheadMs: Int64 = 30_000
     public var lookAhead: Bool { lookAheadMs > 0 }
+    /// How long a fix without Doppler speed waits for later fixes to smooth
+    /// its point (fix time, ms; see `Smoothing.swift`); 0 places it at once.
+    public var smoothingLagMs: Int64 = 10_000
 
     public static func named(_ name: Name) -> FilterProfile {
         switch name {

@@ -35,6 +35,9 @@ struct LiveEstimate {
     var r: Double
     /// Velocity (east, north), when the point carries speed and course.
     var velocity: (east: Double, north: Double)?
+    /// Already smoothed by the filter over the fixes after it (a fix without
+    /// Doppler): fused again with them, it would count them twice.
+    var smoothed = false
 }
 
 /// Two-filter fixed-interval smoothing. The forward half is the live
@@ -69,8 +72,10 @@ enum Smoother {
             north = north.predicted(dt: dt, q: q * max(1, dt))
             // Fused before this fix is observed: the live estimate already holds it.
             let forward = live[k]
-            result[k].x = fuse(forward.x, forward.velocity?.east, r: forward.r, east.reversed)
-            result[k].y = fuse(forward.y, forward.velocity?.north, r: forward.r, north.reversed)
+            if !forward.smoothed {
+                result[k].x = fuse(forward.x, forward.velocity?.east, r: forward.r, east.reversed)
+                result[k].y = fuse(forward.y, forward.velocity?.north, r: forward.r, north.reversed)
+            }
             east.update(position: o.x, r: o.r)
             north.update(position: o.y, r: o.r)
             if let v = o.velocity {

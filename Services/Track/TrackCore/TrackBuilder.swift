@@ -182,7 +182,8 @@ public struct TrackBuilder: Sendable {
         } else if let speed = p.point.speedMps, let course = p.point.courseDeg {
             velocity = (speed * sin(course * .pi / 180), speed * cos(course * .pi / 180))
         }
-        return LiveEstimate(x: x, y: y, r: Self.variance(accuracyM: p.point.accuracyM), velocity: velocity)
+        return LiveEstimate(x: x, y: y, r: Self.variance(accuracyM: p.point.accuracyM), velocity: velocity,
+                            smoothed: p.measured.map { $0.speedMps == nil } ?? false)
     }
 
     /// Position variance per axis for an accuracy.

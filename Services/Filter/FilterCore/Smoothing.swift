@@ -1,0 +1,131 @@
+import Foundation
+import Model
+
+/// Where a point goes: a position, its uncertainty and the velocity there.
+struct Placement {
+    var latitude: Double, longitude: Double
+    /// The larger axis's standard deviation (m).
+    var sigma: Double
+    var speed: Double
+    /// Degrees clockwise from north.
+    var course: Double
+
+    init(_ east: AxisFilter, _ north: AxisFilter, frame: LocalFrame) {
+        (latitude, longitude) = frame.toGeo(x: east.position, y: north.position)
+        sigma = max(east.pp, north.pp).squareRoot()
+        speed = hypot(east.velocity, north.velocity)
+        course = atan2(east.velocity, north.velocity) * 180 / .pi
+        if course < 0 { course += 360 }
+    }
+}
+
+/// A fix waiting in the smoothing lag, with what the forward pass made of it.
+public struct Lagging: Codable, Sendable, Equatable {
+    public var fix: FilterInput
+    public var verdict: Verdict
+}
+
+/// Fixes without Doppler speed are published a few seconds late, smoothed.
+///
+/// Without Doppler the forward filter learns the velocity from the
+/// positions alone, so each estimate carries much of its fix's noise (a
+/// zig-zag that makes the line ~10 % long at 1 Hz) and lags in turns. A
+/// fixed-lag Rauch–Tung–Striebel smoother runs the filter back over the
+/// `smoothingLagMs` of fixes after each one before placing its point: the
+/// later fixes say where it really was. Gates are still decided by the
+/// forward filter as each fix comes; only the point's place, and with it
+/// `min_spacing`, waits. Every verdict keeps its fix's order and time.
+extension FilterCore {
+    /// Whether this fix's verdict waits in the lag. One with Doppler is
+    /// published at once, after whatever still waits.
+    func lags(_ fix: FilterInput) -> Bool {
+        profile.smoothingLagMs > 0 && fix.speedMps == nil
+    }
+
+    /// Publishes assessed fixes: at once when they have Doppler (after
+    /// everything still waiting), otherwise through the lag.
+    func conclude(_ assessed: [(FilterInput, Verdict)], state: inout DeviceFilterState) -> [Judged] {
+        var due: [Judged] = []
+        for (fix, verdict) in assessed {
+            if lags(fix) {
+                state.lagging = (state.lagging ?? []) + [Lagging(fix: fix, verdict: verdict)]
+            } else {
+                due += releaseLagging(before: .max, state: &state)
+                due.append(Judged(fix: fix, verdict: conclude(verdict, fix: fix, state: &state)))
+            }
+        }
+        if let newest = state.lagging?.last?.fix.timeMs {
+            due += releaseLagging(before: newest - profile.smoothingLagMs + 1, state: &state)
+        }
+        return due
+    }
+
+    /// Publishes the waiting fixes older than `beforeMs`, each placed by the
+    /// smoother over every waiting fix after it.
+    func releaseLagging(before beforeMs: Int64, state: inout DeviceFilterState) -> [Judged] {
+        guard let waiting = state.lagging, let first = waiting.first, first.fix.timeMs < beforeMs else { return [] }
+        let smoothed = Self.smoothed(waiting.map(\.verdict.step))
+        var due: [Judged] = []
+        var released = 0
+        for (entry, placement) in zip(waiting, smoothed) where entry.fix.timeMs < beforeMs {
+            released += 1
+            guard let placed = placement else {
+                due.append(Judged(fix: entry.fix, verdict: published(entry.verdict, state: &state)))
+                continue
+            }
+            // Smoothed, neighbouring points' errors are mostly shared: a
+            // step of one standard deviation is already movement.
+            due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: Self.smoothedSpacingSigmas * placed.sigma,
+                                                             state: &state)))
+        }
+        state.lagging = released == waiting.count ? nil : Array(waiting.dropFirst(released))
+        return due
+    }
+
+    /// The minimum spacing between smoothed points, in their standard deviations.
+    static let smoothedSpacingSigmas = 1.0
+
+    /// Rauch–Tung–Striebel over the steps (nil: not a Kalman update). A
+    /// step that did not follow the one before (a restart, a stop's drift
+    /// updates in between, a new frame) begins a new run.
+    static func smoothed(_ steps: [FilterStep?]) -> [Placement?] {
+        var placements = [Placement?](repeating: nil, count: steps.count)
+        var later: (step: FilterStep, east: AxisFilter, north: AxisFilter)?
+        for index in steps.indices.reversed() {
+            guard let step = steps[index] else { continue }
+            var east = step.east, north = step.north
+            if let later, later.step.frame == step.frame, later.step.priorTimeMs == step.timeMs {
+                let dt = Double(later.step.timeMs - step.timeMs) / 1000
+                east = smooth(step.east, predicted: later.step.predictedEast, smoothedNext: later.east, dt: dt)
+                north = smooth(step.north, predicted: later.step.predictedNorth, smoothedNext: later.north, dt: dt)
+            }
+            placements[index] = Placement(east, north, frame: step.frame)
+            later = (step, east, north)
+        }
+        return placements
+    }
+
+    /// One backward step of the smoother on one axis.
+    static func smooth(_ filtered: AxisFilter, predicted: AxisFilter, smoothedNext: AxisFilter, dt: Double) -> AxisFilter {
+        // C = P Fᵀ P⁻¹(predicted), with F = [1 dt; 0 1].
+        let a = filtered.pp + dt * filtered.pv, b = filtered.pv
+        let c = filtered.pv + dt * filtered.vv, d = filtered.vv
+        let det = predicted.pp * predicted.vv - predicted.pv * predicted.pv
+        guard det > 1e-12 else { return filtered }
+        let (ip, iq, ir) = (predicted.vv / det, -predicted.pv / det, predicted.pp / det)  // inverse: [ip iq; iq ir]
+        let c11 = a * ip + b * iq, c12 = a * iq + b * ir
+        let c21 = c * ip + d * iq, c22 = c * iq + d * ir
+        let dx = smoothedNext.position - predicted.position, dv = smoothedNext.velocity - predicted.velocity
+        var out = filtered
+        out.position += c11 * dx + c12 * dv
+        out.velocity += c21 * dx + c22 * dv
+        // P(smoothed) = P + C (P(next, smoothed) − P(predicted)) Cᵀ.
+        let ep = smoothedNext.pp - predicted.pp, ev = smoothedNext.pv - predicted.pv, ew = smoothedNext.vv - predicted.vv
+        let m11 = c11 * ep + c12 * ev, m12 = c11 * ev + c12 * ew
+        let m21 = c21 * ep + c22 * ev, m22 = c21 * ev + c22 * ew
+        out.pp = max(0, filtered.pp + m11 * c11 + m12 * c12)
+        out.pv = filtered.pv + m11 * c21 + m12 * c22
+        out.vv = max(0, filtered.vv + m21 * c21 + m22 * c22)
+        return out
+    }
+}
