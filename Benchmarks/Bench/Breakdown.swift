@@ -29,6 +29,16 @@ enum Breakdown {
             var judged: [Judged] = []
             for (i, s) in samples.enumerated() { judged += core.submit(FilterInput(s.fix, seq: Int64(i)), state: &state) }
             judged += core.flush(state: &state)
+            if ProcessInfo.processInfo.environment["BREAKDOWN_JUMPS"] != nil {
+                for j in judged where samples[Int(j.fix.seq)].isJump {
+                    let k = Int(j.fix.seq), s = samples[k]
+                    let off = Geodesy.distance(s.fix.lat, s.fix.lon, s.truthLat, s.truthLon)
+                    let nextJump = k + 1 < samples.count && samples[k + 1].isJump
+                    let prevJump = k > 0 && samples[k - 1].isJump
+                    print(String(format: "    seed %d fix %d jump %.0f m acc %.0f → %@ %.1f/%.1f%@%@", seed, k, off, s.fix.acc, j.verdict.decision.reason as NSString,
+                                 j.verdict.decision.measured ?? .nan, j.verdict.decision.limit ?? .nan, prevJump ? " (after a jump)" : "", nextJump ? " (next a jump)" : ""))
+                }
+            }
             var previous: (point: TrackPoint, index: Int, jump: Bool)?
             var reasonsSince: [Int: String] = [:]
             for j in judged {

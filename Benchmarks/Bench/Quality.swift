@@ -10,7 +10,7 @@ enum Quality {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         func report(_ label: String, _ variant: NoiseVariant, seed: UInt64) {
             let (samples, truthPath) = variant.apply(to: truth, seed: seed)
-            print("mtv \(label): \(score(samples, truthPath: truthPath))")
+            print("mtv \(label): \(score(samples, truthPath: truthPath, driven: truth))")
         }
         for seed in seeds { report("seed \(seed)", NoiseVariant("default"), seed: seed) }
         // Many devices and recordings carry no Doppler speed or course.
@@ -56,9 +56,9 @@ enum Quality {
     }
 
     /// The filter's score on noisy samples whose truth is known.
-    static func score(_ samples: [NoisySample], truthPath: [(lat: Double, lon: Double)]) -> FilterScore {
+    static func score(_ samples: [NoisySample], truthPath: [(lat: Double, lon: Double)], driven: [DeviceFix]) -> FilterScore {
         FilterScore.score(core: FilterCore(), fixes: samples.map { (FilterInput($0.fix, seq: 0), $0.truthLat, $0.truthLon, $0.isJump) },
-                          truthPath: truthPath)
+                          truthPath: truthPath, drivenLengthM: Geodesy.pathLength(driven.map { ($0.lat, $0.lon) }))
     }
 
     /// Noisy fixes as a recording with the truth's speed (`truthSpeed`) and `jump`, for `tracker-bench trace`.

@@ -32,7 +32,7 @@ enum Sweep {
             var scores: [FilterScore] = []
             for seed in (1...UInt64(seeds)).map({ $0 * 7919 }) {
                 let (samples, truthPath) = variant.apply(to: truth, seed: seed)
-                let score = Quality.score(samples, truthPath: truthPath)
+                let score = Quality.score(samples, truthPath: truthPath, driven: truth)
                 if environment["SWEEP_DETAIL"] == variant.name {
                     print("  seed \(seed): \(score)")
                     if environment["SWEEP_DUMP"] == "\(seed)" { try Quality.dump(samples, truth: truth, to: "/tmp/sweep-\(seed).jsonl") }

@@ -49,6 +49,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
 
     public struct AcceptedPoint: Codable, Sendable, Equatable {
         public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
+        /// The velocity there (east, north; m/s), for the odometer's way to the next point.
+        public var ve: Double?, vn: Double?
     }
     public struct Anchor: Codable, Sendable, Equatable {
         public var x: Double, y: Double
@@ -405,8 +407,15 @@ public struct FilterCore: Sendable {
             state.lastAccepted?.timeMs = point.timeMs
         } else {
             let (x, y) = frame.toLocal(lat: point.latitude, lon: point.longitude)
-            if let last = state.lastAccepted { state.odometerM += hypot(x - last.x, y - last.y) }
-            state.lastAccepted = .init(x: x, y: y, timeMs: point.timeMs, accuracyM: point.accuracyM)
+            var here = DeviceFilterState.AcceptedPoint(x: x, y: y, timeMs: point.timeMs, accuracyM: point.accuracyM)
+            if let speed = point.speedMps, let course = point.courseDeg {
+                here.ve = speed * sin(course * .pi / 180)
+                here.vn = speed * cos(course * .pi / 180)
+            } else if point.speedMps != nil {
+                (here.ve, here.vn) = (0, 0)
+            }
+            if let last = state.lastAccepted { state.odometerM += Odometer.distance(from: last, to: here) }
+            state.lastAccepted = here
         }
         point.odometerM = state.odometerM
         verdict.point = point

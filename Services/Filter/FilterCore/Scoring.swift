@@ -2,7 +2,10 @@ import Model
 
 /// How well the filter did on a noisy recording whose truth is known.
 public struct FilterScore: Sendable, CustomStringConvertible {
+    /// The truth sampled as the fixes were: the yardstick for the accepted line.
     public var truthLengthM: Double
+    /// The way the device really went (every truth point): the odometer's yardstick.
+    public var drivenLengthM: Double
     public var rawLengthM: Double
     public var acceptedLengthM: Double
     /// The filter's odometer at the last accepted point.
@@ -17,7 +20,7 @@ public struct FilterScore: Sendable, CustomStringConvertible {
     public var reasons: [String: Int]
 
     public var lengthError: Double { acceptedLengthM / truthLengthM - 1 }
-    public var odometerError: Double { odometerM / truthLengthM - 1 }
+    public var odometerError: Double { odometerM / drivenLengthM - 1 }
     /// Jumps that got through, as a share of all accepted points.
     public var jumpsThrough: Double { accepted == 0 ? 0 : Double(jumps - jumpsRejected) / Double(accepted) }
     public var jumpRejection: Double { jumps == 0 ? 1 : Double(jumpsRejected) / Double(jumps) }
@@ -33,7 +36,7 @@ public struct FilterScore: Sendable, CustomStringConvertible {
 
     /// Runs `core` over fixes with known truth.
     public static func score(core: FilterCore, fixes: [(fix: FilterInput, truthLat: Double, truthLon: Double, isJump: Bool)],
-                             truthPath: [(lat: Double, lon: Double)]) -> FilterScore {
+                             truthPath: [(lat: Double, lon: Double)], drivenLengthM: Double? = nil) -> FilterScore {
         var state = DeviceFilterState()
         var points: [(lat: Double, lon: Double)] = []
         var jumps = 0, jumpsRejected = 0, clean = 0, cleanOutliers = 0
@@ -69,7 +72,7 @@ public struct FilterScore: Sendable, CustomStringConvertible {
             }
         }
         return FilterScore(
-            truthLengthM: Geodesy.pathLength(truthPath),
+            truthLengthM: Geodesy.pathLength(truthPath), drivenLengthM: drivenLengthM ?? Geodesy.pathLength(truthPath),
             rawLengthM: Geodesy.pathLength(fixes.map { ($0.fix.latitude, $0.fix.longitude) }),
             acceptedLengthM: Geodesy.pathLength(points), odometerM: odometer, jumps: jumps, jumpsRejected: jumpsRejected,
             cleanFixes: clean, cleanRejectedAsOutliers: cleanOutliers,

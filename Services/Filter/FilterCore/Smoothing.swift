@@ -69,21 +69,23 @@ extension FilterCore {
         var released = 0
         for (entry, placement) in zip(waiting, smoothed) where entry.fix.timeMs < beforeMs {
             released += 1
-            guard let placed = placement else {
+            guard let placed = placement, let step = entry.verdict.step else {
                 due.append(Judged(fix: entry.fix, verdict: published(entry.verdict, state: &state)))
                 continue
             }
-            // Smoothed, neighbouring points' errors are mostly shared: a
-            // step of one standard deviation is already movement.
-            due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: Self.smoothedSpacingSigmas * placed.sigma,
-                                                             state: &state)))
+            // Smoothed fixes a second or two apart share most of their error
+            // (the same later fixes smoothed both): a step of one standard
+            // deviation is already movement. Sparse ones each carry their own
+            // fix's error, so a step must be significant at about 95 %.
+            let sigmas = step.timeMs - step.priorTimeMs <= Self.denseIntervalMs ? 1.0 : 2.0
+            due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: sigmas * placed.sigma, state: &state)))
         }
         state.lagging = released == waiting.count ? nil : Array(waiting.dropFirst(released))
         return due
     }
 
-    /// The minimum spacing between smoothed points, in their standard deviations.
-    static let smoothedSpacingSigmas = 1.0
+    /// Fixes at most this far apart count as dense for the spacing rule (ms).
+    static let denseIntervalMs: Int64 = 2_000
 
     /// Rauch–Tung–Striebel over the steps (nil: not a Kalman update). A
     /// step that did not follow the one before (a restart, a stop's drift
