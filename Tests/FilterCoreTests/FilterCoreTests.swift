@@ -129,9 +129,10 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
 @Suite struct NoisyTruthTests {
     func score(seed: UInt64, dropSpeed: Bool, every: Int = 1) throws -> FilterScore {
         let variant = NoiseVariant("test", every: every, withSpeed: !dropSpeed)
-        let (samples, truthPath) = variant.apply(to: try Fixtures.fixes("mtv-drive-truth.jsonl"), seed: seed)
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let (samples, truthPath) = variant.apply(to: truth, seed: seed)
         return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                 truthPath: truthPath)
+                                 truthPath: truthPath, drivenLengthM: Geodesy.pathLength(truth.map { ($0.lat, $0.lon) }))
     }
 
     /// The targets, on phone-like noise (fixes carry Doppler speed and course).

@@ -24,10 +24,11 @@ import Testing
                         counters: HealthCounters(), clock: clock)
     }
 
-    func raw(_ seq: Int64, t: Double, y: Double) -> MQTTMessage {
+    func raw(_ seq: Int64, t: Double, y: Double, doppler: Bool = true) -> MQTTMessage {
         let (lat, lon) = frame.toGeo(x: 0, y: y)
         let fix = RawFix(device: DeviceID("van1")!, seq: seq, sessionID: "s", timeMs: t0 + Int64(t * 1000), receivedMs: t0,
-                         source: .device, latitude: lat, longitude: lon, accuracyM: 10, speedMps: 12, courseDeg: 0)
+                         source: .device, latitude: lat, longitude: lon, accuracyM: 10, speedMps: doppler ? 12 : nil,
+                         courseDeg: doppler ? 0 : nil)
         return MQTTMessage(topic: "tracker/van1/raw", payload: Array(JSONCoding.encode(fix)))
     }
 
@@ -72,5 +73,34 @@ import Testing
         filter.tick()
         #expect(filter.commit())
         #expect(pointSeqs() == [1, 2, 3, 4])
+    }
+
+    /// Fixes without Doppler wait the smoothing lag (10 s of later fixes);
+    /// when the device falls silent, the service publishes them once it has
+    /// been silent for the lag, and a restart in between keeps them.
+    @Test func fixesWithoutDopplerArePublishedAfterTheSmoothingLag() throws {
+        var filter: ServiceHost<FilterRow>? = try host()
+        for i in 0..<20 {
+            filter!.receive(raw(Int64(i + 1), t: Double(i), y: Double(i) * 12, doppler: false))
+            #expect(filter!.commit())
+            clock.advance(by: .seconds(1))
+            filter!.tick()
+            #expect(filter!.commit())
+        }
+        let published = pointSeqs()
+        #expect(published.first == 1 && published.allSatisfy { $0 <= 10 }, "\(published): fixes 11–20 wait for later ones")
+        filter = nil
+        filter = try host()
+        clock.advance(by: .seconds(8))
+        filter!.tick()
+        #expect(filter!.commit())
+        #expect(pointSeqs() == published, "9 s after the last fix it still waits")
+        clock.advance(by: .seconds(2))
+        filter!.tick()
+        #expect(filter!.commit())
+        let all = pointSeqs()
+        #expect(all.last == 20 && all == all.sorted(), "\(all)")
+        let decisions = bus.messages.filter { $0.topic == "tracker/van1/points" }
+        #expect(decisions.count == all.count)
     }
 }
