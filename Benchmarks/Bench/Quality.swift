@@ -25,7 +25,7 @@ enum Quality {
                 report(variant.name + (withSpeed ? "" : " without speed"), v, seed: 11)
             }
         }
-        for every in [5, 15] {
+        for every in [5, 10, 15] {
             for withSpeed in [true, false] {
                 report("every \(every) s" + (withSpeed ? "" : " without speed"), NoiseVariant("sparse", every: every, withSpeed: withSpeed), seed: 1)
             }
@@ -36,9 +36,9 @@ enum Quality {
             let fixes = try Fixtures.fixes(name)
             var state = DeviceFilterState()
             var reasons: [String: Int] = [:]
-            for (i, f) in fixes.enumerated() {
-                reasons[core.judge(FilterInput(f, seq: Int64(i + 1)), state: &state).decision.reason, default: 0] += 1
-            }
+            // As the service judges: look-ahead and smoothing lag included.
+            let judged = fixes.enumerated().flatMap { i, f in core.submit(FilterInput(f, seq: Int64(i + 1)), state: &state) }
+            for due in judged + core.flush(state: &state) { reasons[due.verdict.decision.reason, default: 0] += 1 }
             let raw = Geodesy.pathLength(fixes.map { ($0.lat, $0.lon) })
             print(String(format: "%@: odometer %.0f m, raw path %.0f m; ", name as NSString, state.odometerM, raw)
                   + reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
@@ -49,8 +49,9 @@ enum Quality {
             for (i, s) in parked.enumerated() {
                 var fix = FilterInput(s.fix, seq: Int64(i + 1))
                 if !withSpeed { fix.speedMps = nil }
-                _ = core.judge(fix, state: &state)
+                _ = core.submit(fix, state: &state)
             }
+            _ = core.flush(state: &state)
             print(String(format: "parked 8 h%@: odometer %.1f m", withSpeed ? "" : " without speed", state.odometerM))
         }
     }

@@ -22,6 +22,7 @@ enum Sweep {
             // A phone's error is correlated over ~10 s, and multipath comes in bursts of seconds.
             NoiseVariant("phone τ10s" + suffix, correlation: 0.9, jumpProbability: 0.01, withSpeed: withSpeed, jumpBurst: 3...8),
             NoiseVariant("phone τ10s 10 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 10, withSpeed: withSpeed, jumpBurst: 3...8),
+            NoiseVariant("phone τ10s 15 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 15, withSpeed: withSpeed, jumpBurst: 3...8),
         ]
     }
 

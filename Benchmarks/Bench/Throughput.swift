@@ -130,7 +130,7 @@ enum Throughput {
     /// while the filter is stopped, then the time from its start until every
     /// verdict is out. Nothing else runs meanwhile, so the service works in
     /// large batches: the steadiest measure of what it costs per message.
-    static func filterBacklog(_ broker: TestBroker, count: Int, variant: Variant = .standard) async throws -> Double {
+    static func filterBacklog(_ broker: TestBroker, count: Int, variant: Variant = .standard, doppler: Bool = true) async throws -> Double {
         let instance = "backlog-\(UUID().uuidString.prefix(6))"
         let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5, "instance": instance],
@@ -140,7 +140,7 @@ enum Throughput {
         try await sink.wait(description: "filter online") { $0.contains { $0.string.contains(#""status":"online""#) } }
         filter.stop()
         let publisher = try await TestClient.connect(port: broker.port)
-        for (topic, payload) in rawPayloads(count) { try publisher.publish(MQTTMessage(topic: topic, payload: payload)) }
+        for (topic, payload) in rawPayloads(count, doppler: doppler) { try publisher.publish(MQTTMessage(topic: topic, payload: payload)) }
         await publisher.drain(timeout: .seconds(120))
         await publisher.disconnect()
         let start = ContinuousClock.now
@@ -172,7 +172,7 @@ enum Throughput {
     }
 
     /// Raw fixes of the noisy MTV drive over 8 devices, numbered as the gateway does.
-    static func rawPayloads(_ count: Int) -> [(topic: String, payload: [UInt8])] {
+    static func rawPayloads(_ count: Int, doppler: Bool = true) -> [(topic: String, payload: [UInt8])] {
         let noisy = NoiseGenerator(seed: 1).apply(to: (try? Fixtures.fixes("mtv-drive-truth.jsonl")) ?? [])
         let devices = 8
         return (0..<count).map { i -> (topic: String, payload: [UInt8]) in
@@ -181,7 +181,8 @@ enum Throughput {
             let s = noisy[(i / devices) % noisy.count]
             let raw = RawFix(device: device, seq: Int64(i / devices + 1), sessionID: "s",
                              timeMs: s.fix.timeMs + Int64(lap) * 10_000_000, receivedMs: 0, source: .device,
-                             latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
+                             latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc,
+                             speedMps: doppler ? s.fix.speed : nil, courseDeg: doppler ? s.fix.course : nil)
             return ("tracker/\(device)/raw", Array(JSONCoding.encode(raw)))
         }
     }

@@ -53,6 +53,16 @@ case "host":
     try HostBench.run(count: count)
 case "store":
     try StoreBench.run(count: count)
+case "filter-lag":
+    // What the smoothing lag costs per fix: the same backlog with and without
+    // Doppler (without, each fix waits in the device's saved state). CPU per
+    // fix is the measure: the last ten seconds of each device are published
+    // only after ten seconds of silence, which the rate includes.
+    let broker = try TestBroker()
+    for doppler in [true, false] {
+        print(doppler ? "with Doppler:" : "without Doppler:")
+        _ = try await Throughput.filterBacklog(broker, count: count, doppler: doppler)
+    }
 case "filter-core":
     print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
 case "all", "gateway", "filter":
