@@ -386,14 +386,18 @@ public struct FilterCore: Sendable {
                 return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
             }
         }
+        return published(accepted(fix, at: placed), state: &state)
+    }
+
+    /// The fix accepted at `placed`, its point not yet published.
+    func accepted(_ fix: FilterInput, at placed: Placement) -> Verdict {
         let accuracy = placed.sigma / Self.accuracyToSigma
         let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: placed.latitude,
                                longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed,
                                courseDeg: placed.speed >= 0.5 ? placed.course : nil, odometerM: 0)
         let estimate = Estimate(latitude: placed.latitude, longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed)
-        let verdict = Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
-                              point: point, rejection: nil)
-        return published(verdict, state: &state)
+        return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
+                       point: point, rejection: nil)
     }
 
     /// Makes a decided point public: the odometer counts the way from the
@@ -576,14 +580,7 @@ public struct FilterCore: Sendable {
 
     /// A (re)started filter's first point, published as it is.
     private func accept(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
-        let placed = Placement(state.east!, state.north!, frame: state.frame!)
-        let accuracy = placed.sigma / Self.accuracyToSigma
-        let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: placed.latitude,
-                               longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed,
-                               courseDeg: placed.speed >= 0.5 ? placed.course : nil, odometerM: 0)
-        let estimate = Estimate(latitude: placed.latitude, longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed)
-        return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
-                       point: point, rejection: nil)
+        accepted(fix, at: Placement(state.east!, state.north!, frame: state.frame!))
     }
 
     func reject(_ fix: FilterInput, _ reason: RejectReason, state: DeviceFilterState,
