@@ -51,13 +51,11 @@ enum Breakdown {
                 if let prev = previous {
                     let segment = Geodesy.distance(prev.point.latitude, prev.point.longitude, p.latitude, p.longitude)
                     let chord = Geodesy.distance(truth[prev.index].lat, truth[prev.index].lon, truth[index].lat, truth[index].lon)
-                    let arc = arcPrefix[index] - arcPrefix[prev.index]
                     // The truth sampled like the fixes: the yardstick's own arc between them.
                     let sampledArc = stride(from: prev.index, to: index, by: variant.every).reduce(0.0) { sum, k in
                         let next = min(k + variant.every, index)
                         return sum + Geodesy.distance(truth[k].lat, truth[k].lon, truth[next].lat, truth[next].lon)
                     }
-                    _ = arc
                     let slow = (arcPrefix[index] - arcPrefix[prev.index]) / Double(max(1, index - prev.index)) < 3
                     let key = prev.jump || sample.isJump ? "jump" : index - prev.index > 2 * variant.every ? (slow ? "skip slow" : "skip") : slow ? "slow" : "driving"
                     var t = totals[key] ?? (0, 0, 0)

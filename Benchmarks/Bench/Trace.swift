@@ -19,13 +19,19 @@ enum Trace {
         let core = FilterCore()
         var state = DeviceFilterState()
         guard let t0 = fixes.first?.t else { return }
-        for (i, f) in fixes.enumerated() {
-            let v = core.judge(FilterInput(f, seq: Int64(i + 1)), state: &state)
-            let e = v.decision.estimate
-            let truth = truthSpeeds[i].map { String(format: " truth %.1f", $0) } ?? ""
-            print(String(format: "%4d %7.1f acc %5.1f  %-18@ measured %8.1f limit %7.1f  est %.6f,%.6f ±%.0f v %.1f  odo %.0f",
-                         i, f.t - t0, f.acc, v.decision.reason as NSString, v.decision.measured ?? .nan, v.decision.limit ?? .nan,
-                         e?.latitude ?? .nan, e?.longitude ?? .nan, e?.accuracyM ?? .nan, e?.speedMps ?? .nan, state.odometerM) + truth + "  trend " + state.trend.summary)
+        // As the service judges: a verdict may come a fix (look-ahead) or ten
+        // seconds (smoothing lag) after its fix; each line is printed when it comes.
+        func show(_ due: [Judged]) {
+            for judged in due {
+                let i = Int(judged.fix.seq) - 1, f = fixes[i], v = judged.verdict
+                let e = v.decision.estimate
+                let truth = truthSpeeds[i].map { String(format: " truth %.1f", $0) } ?? ""
+                print(String(format: "%4d %7.1f acc %5.1f  %-18@ measured %8.1f limit %7.1f  est %.6f,%.6f ±%.0f v %.1f  odo %.0f",
+                             i, f.t - t0, f.acc, v.decision.reason as NSString, v.decision.measured ?? .nan, v.decision.limit ?? .nan,
+                             e?.latitude ?? .nan, e?.longitude ?? .nan, e?.accuracyM ?? .nan, e?.speedMps ?? .nan, state.odometerM) + truth + "  trend " + state.trend.summary)
+            }
         }
+        for (i, f) in fixes.enumerated() { show(core.submit(FilterInput(f, seq: Int64(i + 1)), state: &state)) }
+        show(core.flush(state: &state))
     }
 }

@@ -19,9 +19,7 @@ import Testing
     let t0: Int64 = 1_790_000_000_000
 
     func host() throws -> ServiceHost<FilterRow> {
-        try ServiceHost(FilterService.definition(try FilterSettings(SettingsReader(values: [:], source: "test"))),
-                        databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                        counters: HealthCounters(), clock: clock)
+        try .inProcess(FilterService.definition(try FilterSettings(.test())), path: path, bus: bus, clock: clock)
     }
 
     func raw(_ seq: Int64, t: Double, y: Double, doppler: Bool = true) -> MQTTMessage {

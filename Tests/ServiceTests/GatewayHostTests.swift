@@ -17,9 +17,8 @@ import Testing
 
     func host(idleTimeoutSec: Double = 60, topics: Topics = Topics()) throws -> ServiceHost<GatewayRow> {
         let reader = SettingsReader(values: ["sessionIdleTimeoutSec": .number(idleTimeoutSec)], source: "test")
-        return try ServiceHost(GatewayService.definition(try GatewaySettings(reader)), databasePath: path, bus: bus,
-                               topics: topics, logger: Logger(label: "test", minimum: .off),
-                               counters: counters, clock: clock)
+        return try .inProcess(GatewayService.definition(try GatewaySettings(reader)), path: path, bus: bus, clock: clock,
+                              topics: topics, counters: counters)
     }
 
     func reply(on topic: String) throws -> CommandReply? {

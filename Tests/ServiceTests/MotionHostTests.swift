@@ -18,9 +18,8 @@ import Testing
     let t0: Int64 = 1_790_000_000_000
 
     func host(_ settings: [String: JSONValue] = [:]) throws -> ServiceHost<MotionDeviceRow> {
-        try ServiceHost(MotionService.definition(try MotionSettings(SettingsReader(values: settings, source: "test"))),
-                        databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                        counters: counters, clock: clock)
+        try .inProcess(MotionService.definition(try MotionSettings(.test(settings))), path: path, bus: bus, clock: clock,
+                       counters: counters)
     }
 
     func point(_ seq: Int64, t: Double, x: Double, y: Double = 0, speed: Double? = nil, session: String = "s1") -> MQTTMessage {

@@ -20,8 +20,7 @@ import TrackCore
     let t0: Int64 = 1_790_000_000_000
 
     func host() throws -> ServiceHost<TrackRow> {
-        try ServiceHost(TrackService.definition(try TrackSettings(SettingsReader(values: [:], source: "test"))), databasePath: path,
-                        bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), clock: clock)
+        try .inProcess(TrackService.definition(try TrackSettings(.test())), path: path, bus: bus, clock: clock)
     }
 
     func point(_ seq: Int64, t: Double, x: Double, odometer: Double, session: String = "s1") -> MQTTMessage {
@@ -235,8 +234,7 @@ extension TrackHostTests {
     @Test func aDeadRoadSnapServerLeavesTheTrackUnsnapped() throws {
         #expect(throws: ConfigError.self) { try TrackSettings(SettingsReader(values: ["roadSnapUrl": .string("osrm")], source: "test")) }
         let settings = try TrackSettings(SettingsReader(values: ["roadSnapUrl": .string("http://127.0.0.1:\(try freePort())")], source: "test"))
-        let track = try ServiceHost(TrackService.definition(settings), databasePath: path, bus: bus, topics: Topics(),
-                                    logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), clock: clock)
+        let track = try ServiceHost.inProcess(TrackService.definition(settings), path: path, bus: bus, clock: clock)
         drive(track)
         #expect(track.commit())
         let built = try #require(try query(track, "buildTrack", #"{"sessionID":"s1"}"#).result?.decode(Track.self))

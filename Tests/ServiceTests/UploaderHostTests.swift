@@ -31,10 +31,14 @@ final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("up-\(UUID().uuidString).sqlite").path
 
     func host() throws -> ServiceHost<UploaderService.Row> {
-        try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: ["syncNowTimeoutSec": .number(10)], source: "test")),
-                                                   topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off), transport: transport),
-                        databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                        counters: HealthCounters(), clock: clock)
+        try host(["syncNowTimeoutSec": .number(10)], transport: transport)
+    }
+
+    func host(_ settings: [String: JSONValue], transport: any HTTPTransport,
+              counters: HealthCounters = HealthCounters()) throws -> ServiceHost<UploaderService.Row> {
+        try .inProcess(UploaderService.definition(try UploaderSettings(.test(settings)), topics: Topics(), clock: clock,
+                                                  logger: Logger(label: "test", minimum: .off), transport: transport),
+                       path: path, bus: bus, clock: clock, counters: counters)
     }
 
     func point(_ seq: Int64, device: String = "van1", epoch: String = "f") -> MQTTMessage {
@@ -177,11 +181,7 @@ extension UploaderHostTests {
 extension UploaderHostTests {
     @Test func healthSaysHowOldTheOldestQueuedPointIs() throws {
         let counters = HealthCounters()
-        let uploader = try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: [:], source: "test")),
-                                                                  topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
-                                                                  transport: transport),
-                                       databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                                       counters: counters, clock: clock)
+        let uploader = try host([:], transport: transport, counters: counters)
         defer { uploader.close() }
         _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false}"#)
         uploader.receive(point(1))
@@ -198,11 +198,7 @@ extension UploaderHostTests {
     /// OsmAnd to a real server: one request per point, its fields in the query, as Traccar reads them.
     @Test func osmandReachesARealServerOneRequestPerPoint() throws {
         let sink = try HTTPSink(in: FileManager.default.temporaryDirectory)
-        let uploader = try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: [:], source: "test")),
-                                                                  topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
-                                                                  transport: URLSessionTransport()),
-                                       databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                                       counters: HealthCounters(), clock: clock)
+        let uploader = try host([:], transport: URLSessionTransport())
         defer { uploader.close() }
         _ = try command(uploader, "configureSync", #"{"url":"\#(sink.url)/","format":"osmand","autoSync":false}"#)
         for seq in Int64(1)...3 { uploader.receive(point(seq)) }
@@ -225,11 +221,7 @@ extension UploaderHostTests {
         func host(headers: String) throws -> ServiceHost<UploaderService.Row> {
             let sync = JSONValue.object(["url": .string("https://api.example.com/p"), "autoSync": .bool(false),
                                          "headers": .object(["Authorization": .string(headers)])])
-            return try ServiceHost(UploaderService.definition(try UploaderSettings(SettingsReader(values: ["sync": sync], source: "test")),
-                                                              topics: Topics(), clock: clock, logger: Logger(label: "test", minimum: .off),
-                                                              transport: transport),
-                                   databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                                   counters: HealthCounters(), clock: clock)
+            return try self.host(["sync": sync], transport: transport)
         }
         var uploader = try host(headers: "Bearer old")
         uploader.receive(point(1))

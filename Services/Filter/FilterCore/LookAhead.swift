@@ -46,7 +46,7 @@ extension FilterCore {
         } else {
             assessed.append((fix, assess(fix, state: &state)))
         }
-        return conclude(assessed, state: &state)
+        return publish(assessed, state: &state)
     }
 
     /// Everything still waiting when no next fix is coming (silence, a
@@ -55,7 +55,7 @@ extension FilterCore {
         var due: [Judged] = []
         if let held = state.pending {
             state.pending = nil
-            due = conclude([(held, assess(held, state: &state))], state: &state)
+            due = publish([(held, assess(held, state: &state))], state: &state)
         }
         return due + releaseLagging(before: .max, state: &state)
     }

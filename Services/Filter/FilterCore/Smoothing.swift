@@ -44,7 +44,7 @@ extension FilterCore {
 
     /// Publishes assessed fixes: at once when they have Doppler (after
     /// everything still waiting), otherwise through the lag.
-    func conclude(_ assessed: [(FilterInput, Verdict)], state: inout DeviceFilterState) -> [Judged] {
+    func publish(_ assessed: [(FilterInput, Verdict)], state: inout DeviceFilterState) -> [Judged] {
         var due: [Judged] = []
         for (fix, verdict) in assessed {
             if lags(fix) {
