@@ -101,4 +101,17 @@ import Testing
         let decisions = bus.messages.filter { $0.topic == "tracker/van1/points" }
         #expect(decisions.count == all.count)
     }
+
+    /// The two decision delays are settings: out of range or not a number,
+    /// the service refuses to start and names the setting.
+    @Test func decisionDelaysOutOfRangeAreRefusedByName() throws {
+        for (key, value) in [("smoothingLagSec", JSONValue.number(61)), ("smoothingLagSec", .number(-1)),
+                             ("lookAheadSec", .number(121)), ("lookAheadSec", .string("soon"))] {
+            #expect { try FilterSettings(.test([key: value])) } throws: { ($0 as? ConfigError)?.setting == key }
+        }
+        var settings = try FilterSettings(.test(["smoothingLagSec": .number(0), "lookAheadSec": .number(15)]))
+        #expect(settings.profile.smoothingLagMs == 0 && settings.profile.lookAheadMs == 15_000)
+        settings = try FilterSettings(.test())
+        #expect(settings.profile.smoothingLagMs == 10_000 && settings.profile.lookAheadMs == 30_000)
+    }
 }
