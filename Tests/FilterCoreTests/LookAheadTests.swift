@@ -72,6 +72,85 @@ import Testing
         #expect(points.allSatisfy { p in fixes.contains { $0.seq == p.seq && $0.timeMs == p.timeMs } })
     }
 
+    /// A fix without Doppler (network locations, OwnTracks' significant changes).
+    func bare(_ seq: Int64, t: Double, x: Double, y: Double, accuracy: Double = 10) -> FilterInput {
+        let (lat, lon) = frame.toGeo(x: x, y: y)
+        return FilterInput(seq: seq, sessionID: "s", timeMs: t0 + Int64(t * 1000), latitude: lat, longitude: lon, accuracyM: accuracy)
+    }
+
+    @Test func aSparseJumpWithoutDopplerSmallerThanTheForwardSpreadIsRejected() {
+        // North at 12 m/s without Doppler, a fix every 15 s; the seventh lands 160 m
+        // east. Predicted 15 s ahead from positions alone, the filter spreads over
+        // more than that, so comparing with the prediction (the look-ahead's first
+        // version) let it through; the next fix says where the device was in between.
+        let fixes: [FilterInput] = (0..<12).map { (i: Int) -> FilterInput in
+            let t = Double(i) * 15
+            return bare(Int64(i + 1), t: t, x: i == 6 ? 160 : 0, y: t * 12)
+        }
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...12).map(Int64.init), "one verdict per fix, in order")
+        let jump = all.first { $0.fix.seq == 7 }!
+        #expect(jump.verdict.decision.reason == "isolated_jump", "\(jump.verdict.decision.reason)")
+        // The decision log says how far off it was: many standard deviations from where the device must have been.
+        #expect((jump.verdict.decision.measured ?? 0) > 4)
+        #expect(all.filter { $0.fix.seq != 7 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func aSparseTurnWithoutDopplerIsAccepted() {
+        // North at 8 m/s, a right turn between two fixes 15 s apart, then east: each fix
+        // is off a straight prediction by as much as the jump above, and every one is true.
+        var fixes: [FilterInput] = []
+        for i in 0..<12 {
+            let t = Double(i) * 15
+            fixes.append(i <= 5 ? bare(Int64(i + 1), t: t, x: 0, y: t * 8) : bare(Int64(i + 1), t: t, x: (t - 75) * 8, y: 600))
+        }
+        let all = run(fixes).all
+        #expect(all.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    /// Parked at the origin, a fix every 15 s without Doppler, with a little drift.
+    func parked(from seq: Int64, count: Int, startT: Double) -> [FilterInput] {
+        (0..<count).map { (i: Int) -> FilterInput in
+            let drift = (x: Double(i % 3) * 3, y: Double(i % 2) * 3)
+            return bare(seq + Int64(i), t: startT + Double(i) * 15, x: drift.x, y: drift.y)
+        }
+    }
+
+    @Test func aSparseJumpAtAStopIsNotADeparture() {
+        // Twenty minutes parked; one fix lands 250 m away, the next is back at the stop.
+        var fixes = parked(from: 1, count: 80, startT: 0)
+        fixes.append(bare(81, t: 80 * 15, x: 250, y: 0))
+        fixes += parked(from: 82, count: 10, startT: 81 * 15)
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...91).map(Int64.init))
+        #expect(all.first { $0.fix.seq == 81 }?.verdict.decision.reason == "isolated_jump")
+        // Nothing moved: no point left the stop.
+        let far = all.compactMap { $0.verdict.point }.filter { p in
+            let (x, y) = frame.toLocal(lat: p.latitude, lon: p.longitude)
+            return hypot(x, y) > 30
+        }
+        #expect(far.isEmpty, "\(far.map(\.seq))")
+    }
+
+    @Test func aSparseDepartureFromAStopIsTaken() {
+        // Parked, then off north at 10 m/s: the first fix away is held, and the next confirms it.
+        var fixes = parked(from: 1, count: 80, startT: 0)
+        for i in 0..<6 { fixes.append(bare(Int64(81 + i), t: Double(80 + i) * 15, x: 0, y: Double(i + 1) * 150)) }
+        let all = run(fixes).all
+        #expect(all.filter { $0.fix.seq > 80 }.allSatisfy { $0.verdict.point != nil }, "\(all.filter { $0.fix.seq > 80 }.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func aLoneFixAwayFromAStopThenSilenceIsNotADeparture() {
+        // The last fix before the device falls silent lands 250 m from the stop: with no
+        // fix after it to confirm a departure, it counts as the stop's drift.
+        var fixes = parked(from: 1, count: 80, startT: 0)
+        fixes.append(bare(81, t: 80 * 15, x: 250, y: 0))
+        let all = run(fixes).all
+        let last = all.first { $0.fix.seq == 81 }!
+        #expect(last.verdict.point == nil)
+        #expect(last.verdict.decision.reason == "stationary_drift")
+    }
+
     @Test func fixesASecondApartAreJudgedAtOnce() {
         let fixes = northbound(every: 1, count: 30)
         let (due, _) = run(fixes)

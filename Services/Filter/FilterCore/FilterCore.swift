@@ -165,6 +165,9 @@ public struct FilterCore: Sendable {
     static let clockToleranceMs: Int64 = 60_000
     /// Process noise for fixes without Doppler, as a multiple of the profile's.
     static let noDopplerQFactor = 1.5
+    /// Velocity variance per axis on leaving a stop (m²/s²): from standstill
+    /// the new speed is unknown, up to a fast departure's ~10 m/s.
+    static let departureVelocityVariance = 25.0
 
     public init(profile: FilterProfile = .named(.balanced)) { self.profile = profile }
 
@@ -183,8 +186,9 @@ public struct FilterCore: Sendable {
     }
 
     /// The forward pass: every gate, the Kalman update. A fix the filter
-    /// takes comes back with its step, its point not yet placed.
-    func assess(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
+    /// takes comes back with its step, its point not yet placed. `alone`:
+    /// a held fix judged without the one after it, because none came.
+    func assess(_ fix: FilterInput, state: inout DeviceFilterState, alone: Bool = false) -> Verdict {
         // 1. Validity.
         guard fix.latitude.isFinite, fix.longitude.isFinite, abs(fix.latitude) <= 90, abs(fix.longitude) <= 180,
               !(fix.latitude == 0 && fix.longitude == 0), fix.accuracyM.isFinite, fix.accuracyM >= 0 else {
@@ -272,8 +276,10 @@ public struct FilterCore: Sendable {
             }
             state.leavingCount = leaving ? state.leavingCount + 1 : 0
             // Fixes seconds apart (a phone saving battery) cannot wait for a
-            // second witness: by then the device is far down the road.
-            let needed = fix.timeMs - state.filterTimeMs >= 3_000 ? 1 : 2
+            // second witness: by then the device is far down the road. A held
+            // fix that no other followed has waited already, and a lone fix
+            // away from a stop followed by silence is as often a jump as a departure.
+            let needed = fix.timeMs - state.filterTimeMs >= 3_000 && !alone ? 1 : 2
             if state.leavingCount < needed {
                 if !leaving || fromAnchor <= 2 * radius { absorbDrift(fix, x: x, y: y, r: r, state: &state) }
                 if let standing = standingPoint(fix, state: &state) { return standing }
@@ -292,8 +298,8 @@ public struct FilterCore: Sendable {
             state.trend = TrendWindows()
             // From standstill the speed is unknown: let the filter pick it up.
             if var east = state.east, var north = state.north {
-                east.vv = max(east.vv, 25)
-                north.vv = max(north.vv, 25)
+                east.vv = max(east.vv, Self.departureVelocityVariance)
+                north.vv = max(north.vv, Self.departureVelocityVariance)
                 state.east = east
                 state.north = north
             }

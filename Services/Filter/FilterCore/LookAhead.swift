@@ -10,12 +10,13 @@ public struct Judged: Sendable, Equatable {
 /// One fix of look-ahead for sparse fixes. Ten seconds apart, a multipath
 /// jump of a few hundred metres and a turn look alike to a filter that only
 /// knows the past: both land far off the prediction, within what a vehicle
-/// could have done since. The next fix tells them apart — after a turn the
-/// device carries on from the new place, after a jump it is back where the
-/// old track leads. So a sparse fix is held until the next fix (or `flush`,
-/// after the profile's `lookAheadMs`), then judged with it: its point and
-/// event come one fix interval late, still stamped with its own time. Fixes
-/// seconds apart (where the innovation gate already tells) are judged at once.
+/// could have done since. The next fix tells them apart: knowing where the
+/// device was before and after, a smoother says where it must have been in
+/// between, within tens of metres even through a turn. So a sparse fix is
+/// held until the next fix (or `flush`, after the profile's `lookAheadMs`),
+/// then judged with it: its point and event come one fix interval late,
+/// still stamped with its own time. Fixes seconds apart (where the
+/// innovation gate already tells) are judged at once.
 extension FilterCore {
     /// Fixes closer together than this are judged at once (every 5 s the
     /// look-ahead cost more good fixes than the jumps it caught).
@@ -24,13 +25,12 @@ extension FilterCore {
     static let jumpPrior = 0.03
     /// How far from the truth a jump may land (m).
     static let jumpRadiusM = 400.0
-    /// A held fix beyond this many standard deviations of the track is "off it".
-    static let offTrackSigma = 1.0
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
     /// The stories are told with a steady vehicle's process noise, this many
     /// times the profile's, not grown with the gap as the filter's own is
-    /// (grown, it makes any landing point within hundreds of metres plausible).
+    /// (grown, it makes any landing point within hundreds of metres plausible;
+    /// 1× and 2× rejected more fixes in turns and caught no more jumps).
     static let storyQFactor = 3.0
 
     /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
@@ -55,7 +55,7 @@ extension FilterCore {
         var due: [Judged] = []
         if let held = state.pending {
             state.pending = nil
-            due = publish([(held, assess(held, state: &state))], state: &state)
+            due = publish([(held, assess(held, state: &state, alone: true))], state: &state)
         }
         return due + releaseLagging(before: .max, state: &state)
     }
@@ -80,8 +80,12 @@ extension FilterCore {
         // Sparse: far from the filter's last update. Worth waiting: the device
         // reports at least every `lookAheadMs`, so the next fix is due in time.
         let gap = fix.timeMs - state.filterTimeMs, interval = fix.timeMs - (state.newestMs ?? state.filterTimeMs)
-        guard state.east != nil, state.stationaryAnchor == nil, state.externalMotion != .stationary,
-              gap >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return false }
+        // Parked too: a sparse fix far from the stop departs at once, so a
+        // jump there would be a departure unless the next fix says otherwise.
+        guard state.east != nil, state.externalMotion != .stationary,
+              gap >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else {
+            return false
+        }
         var trial = state
         return assess(fix, state: &trial).taken
     }
@@ -94,25 +98,57 @@ extension FilterCore {
         var without = state
         without.newestMs = held.timeMs
         without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
-        // Two stories for the pair. True: the held fix fits the prediction as
-        // it does, and the next fits the track through it. Jump: the held fix
-        // is anywhere a reflection puts it (a disc of `jumpRadiusM`), and the
-        // next fits the track without it. The likelier story wins, with a
-        // prior of `jumpPrior` for a jump, once the next fix is back on the old track.
-        if let heldFit = fit(held, state: state), let withHeld = fit(next, state: through), let withoutHeld = fit(next, state: without) {
-            let trueStory = log(1 - Self.jumpPrior) + heldFit.logLikelihood + withHeld.logLikelihood
-            let jumpStory = log(Self.jumpPrior) - log(.pi * Self.jumpRadiusM * Self.jumpRadiusM) + withoutHeld.logLikelihood
-            // Only a held fix off the track can be a jump, and only when the next
-            // fix is back on it: a next fix that surprises both stories (a sharp
-            // turn after the held fix, another jump) tells nothing.
-            if heldFit.distance > Self.offTrackSigma, withoutHeld.distance <= Self.backOnTrackSigma, jumpStory > trueStory {
-                // The decision log's measured/limit: the next fix's distance through the held one, and without it.
+        // Two stories for the held fix. True: it lies where the device was
+        // between the state before it and the next fix (the bridge). Jump: it
+        // is anywhere a reflection puts it, a disc of `jumpRadiusM`, with a
+        // prior of `jumpPrior`. The likelier wins, but only while the next fix
+        // is back on the old track: one that surprises both (a sharp turn
+        // after the held fix, another jump) tells nothing.
+        if let bridge = bridge(held, next: next, state: state), let withoutHeld = fit(next, state: without) {
+            let trueStory = log(1 - Self.jumpPrior) + bridge.logLikelihood
+            let jumpStory = log(Self.jumpPrior) - log(.pi * Self.jumpRadiusM * Self.jumpRadiusM)
+            if withoutHeld.distance <= Self.backOnTrackSigma, jumpStory > trueStory {
+                // The decision log's measured/limit: the held fix's distance from the bridge, the next's from the old track.
                 state = without
-                return reject(held, .isolatedJump, state: state, measured: withHeld.distance, limit: withoutHeld.distance)
+                return reject(held, .isolatedJump, state: state, measured: bridge.distance, limit: withoutHeld.distance)
             }
         }
         state = through
         return verdict
+    }
+
+    /// Where the held fix should be, knowing the state before it and the fix
+    /// after it (the smoother run back from the next fix, the held one left
+    /// out): its distance from there in standard deviations, and its Gaussian
+    /// log-likelihood (both axes).
+    func bridge(_ held: FilterInput, next: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
+        guard let frame = state.frame, var east = state.east, var north = state.north,
+              held.timeMs > state.filterTimeMs, next.timeMs > held.timeMs else { return nil }
+        let q = profile.movingQ * Self.storyQFactor * (held.speedMps == nil ? Self.noDopplerQFactor : 1)
+        if state.stationaryAnchor != nil {
+            // Parked, the held fix would be a departure: the speed since is unknown.
+            east.vv = max(east.vv, Self.departureVelocityVariance)
+            north.vv = max(north.vv, Self.departureVelocityVariance)
+        }
+        let toHeld = Double(held.timeMs - state.filterTimeMs) / 1000, toNext = Double(next.timeMs - held.timeMs) / 1000
+        east.predict(dt: toHeld, q: q)
+        north.predict(dt: toHeld, q: q)
+        var eastNext = east, northNext = north
+        eastNext.predict(dt: toNext, q: q)
+        northNext.predict(dt: toNext, q: q)
+        let (nx, ny) = frame.toLocal(lat: next.latitude, lon: next.longitude)
+        let nextSigma = Accuracy.sigma(next.accuracyM)
+        var eastAfter = eastNext, northAfter = northNext
+        eastAfter.update(position: nx, r: nextSigma * nextSigma)
+        northAfter.update(position: ny, r: nextSigma * nextSigma)
+        let eastHeld = Self.smooth(east, predicted: eastNext, smoothedNext: eastAfter, dt: toNext)
+        let northHeld = Self.smooth(north, predicted: northNext, smoothedNext: northAfter, dt: toNext)
+        let (x, y) = frame.toLocal(lat: held.latitude, lon: held.longitude)
+        let sigma = Accuracy.sigma(held.accuracyM)
+        let (ye, se) = eastHeld.innovation(x, r: sigma * sigma)
+        let (yn, sn) = northHeld.innovation(y, r: sigma * sigma)
+        let squared = ye * ye / se + yn * yn / sn
+        return (squared.squareRoot(), -squared / 2 - log(2 * Double.pi) - log(se * sn) / 2)
     }
 
     /// The fix's fit to the prediction: its distance in standard deviations and

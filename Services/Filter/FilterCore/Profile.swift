@@ -72,8 +72,9 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     case stationaryDrift = "stationary_drift"
     /// Closer to the previous accepted point than the minimum spacing.
     case minSpacing = "min_spacing"
-    /// A sparse fix far off the prediction that the next fix did not follow:
-    /// a jump, not a turn (decided one fix late, see `lookAheadMs`).
+    /// A sparse fix far from where the device must have been between the
+    /// fixes before and after it: a jump, not a turn (decided one fix late,
+    /// see `lookAheadMs`).
     case isolatedJump = "isolated_jump"
 
     /// Outlier reasons: the fix is believed wrong, not merely redundant.
