@@ -44,6 +44,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     /// When the last "still here" point was decided (fix time), which may
     /// be before it is published.
     public var standingMs: Int64?
+    /// How much the fixes' errors persist (fixes without Doppler).
+    public var noise: NoiseCorrelation?
 
     public init() {}
 
@@ -320,6 +322,7 @@ public struct FilterCore: Sendable {
             if let recovered = recover(fix, x: x, y: y, accuracy: accuracy, state: &state) { return recovered }
             return reject(fix, .innovationOutlier, state: state, measured: mahalanobis, limit: profile.innovationGate)
         }
+        noteInnovation(fix, east: east, north: north, x: x, y: y, r: r, dt: dt, state: &state)
         east.update(position: x, r: r)
         north.update(position: y, r: r)
         if let speed = fix.speedMps {
@@ -452,6 +455,20 @@ public struct FilterCore: Sendable {
         state.stationaryAnchor = nil
         state.trend = TrendWindows()
         return accept(fix, state: &state)
+    }
+
+    /// Feeds the fix's innovation to the device's noise correlation: only
+    /// fixes without Doppler a second or two apart, while moving.
+    private func noteInnovation(_ fix: FilterInput, east: AxisFilter, north: AxisFilter, x: Double, y: Double, r: Double,
+                                dt: Double, state: inout DeviceFilterState) {
+        var noise = state.noise ?? NoiseCorrelation()
+        if fix.speedMps == nil, dt <= 2, state.externalMotion != .stationary {
+            let (ye, se) = east.innovation(x, r: r), (yn, sn) = north.innovation(y, r: r)
+            noise.add(east: ye / se.squareRoot(), north: yn / sn.squareRoot(), timeMs: fix.timeMs)
+        } else {
+            noise.interrupt()
+        }
+        state.noise = noise
     }
 
     /// The filter moved `dt` ahead under process noise `q`, and the fix's

@@ -75,9 +75,12 @@ extension FilterCore {
             }
             // Smoothed fixes a second or two apart share most of their error
             // (the same later fixes smoothed both): a step of one standard
-            // deviation is already movement. Sparse ones each carry their own
-            // fix's error, so a step must be significant at about 95 %.
-            let sigmas = step.timeMs - step.priorTimeMs <= Self.denseIntervalMs ? 1.0 : 2.0
+            // deviation is already movement — of the deviation as it really
+            // is, inflated when the device's errors wander (the smoother takes
+            // them for independent). Sparse ones each carry their own fix's
+            // error, so a step must be significant at about 95 %.
+            let dense = step.timeMs - step.priorTimeMs <= Self.denseIntervalMs
+            let sigmas = dense ? (state.noise?.inflation ?? 1) : 2.0
             due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: sigmas * placed.sigma, state: &state)))
         }
         state.lagging = released == waiting.count ? nil : Array(waiting.dropFirst(released))
