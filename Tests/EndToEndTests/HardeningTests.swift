@@ -38,7 +38,10 @@ import Testing
             try publisher.publish(MQTTMessage(topic: "tracker/big/cmd/getRawFixes", payload: request,
                                               responseTopic: "tracker/_test/reply/flood", correlationData: [1]))
         }
-        // Meanwhile a live device keeps sending, one fix at a time: each must come out within 2 s.
+        // Meanwhile a live device keeps sending, one fix at a time: each must come out within 5 s.
+        // Alone each takes 15–25 ms; with queries on the network thread (the stall this guards
+        // against) they waited over 10 s. Under the whole suite's parallel load on 2 cores one
+        // took 2.7 s, so the bound sits between the two.
         var slowest: Duration = .zero
         for i in 0..<50 {
             let start = ContinuousClock.now
@@ -46,7 +49,7 @@ import Testing
             try await raw.wait(count: 10_001 + i, topicSuffix: "/raw", timeout: 10)
             slowest = max(slowest, ContinuousClock.now - start)
         }
-        #expect(slowest < .seconds(2), "slowest fix through the gateway during the flood: \(slowest)")
+        #expect(slowest < .seconds(5), "slowest fix through the gateway during the flood: \(slowest)")
 
         // Every request is answered: a bounded page (with where to continue) or `busy`.
         let answered = try await replies.wait(count: 200, topicSuffix: "/flood", timeout: 60)
