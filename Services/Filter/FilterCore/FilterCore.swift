@@ -461,13 +461,13 @@ public struct FilterCore: Sendable {
     /// fixes without Doppler a second or two apart, while moving.
     private func noteInnovation(_ fix: FilterInput, east: AxisFilter, north: AxisFilter, x: Double, y: Double, r: Double,
                                 dt: Double, state: inout DeviceFilterState) {
-        var noise = state.noise ?? NoiseCorrelation()
-        if fix.speedMps == nil, dt <= 2, state.externalMotion != .stationary {
-            let (ye, se) = east.innovation(x, r: r), (yn, sn) = north.innovation(y, r: r)
-            noise.add(east: ye / se.squareRoot(), north: yn / sn.squareRoot(), timeMs: fix.timeMs)
-        } else {
-            noise.interrupt()
+        guard fix.speedMps == nil, dt <= 2, state.externalMotion != .stationary else {
+            state.noise?.interrupt()  // a device with Doppler never starts one
+            return
         }
+        let (ye, se) = east.innovation(x, r: r), (yn, sn) = north.innovation(y, r: r)
+        var noise = state.noise ?? NoiseCorrelation()
+        noise.add(east: ye / se.squareRoot(), north: yn / sn.squareRoot(), timeMs: fix.timeMs)
         state.noise = noise
     }
 
