@@ -18,9 +18,10 @@ public struct Judged: Sendable, Equatable {
 /// still stamped with its own time. Fixes seconds apart (where the
 /// innovation gate already tells) are judged at once.
 extension FilterCore {
-    /// Fixes closer together than this are judged at once (every 5 s the
-    /// look-ahead cost more good fixes than the jumps it caught).
-    static let lookAheadMinGapMs: Int64 = 8_000
+    /// Fixes closer together than this are judged at once: a second or two
+    /// apart the innovation gate tells. Every 5 s without Doppler it does not
+    /// (jumps of 80–150 m fit a 5 s prediction), and the bridge does.
+    static let lookAheadMinGapMs: Int64 = 4_000
     /// How often a sparse fix is a multipath jump, before looking at it.
     static let jumpPrior = 0.03
     /// How far from the truth a jump may land (m).
