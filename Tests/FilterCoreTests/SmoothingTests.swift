@@ -23,6 +23,34 @@ import Testing
         return (due, all, state)
     }
 
+    /// Without Doppler a departure counts only once the fixes are twice the
+    /// stop's radius out; the fixes before it, taken for drift, still wait in
+    /// the lag and are published as the way out, so the line leaves the stop
+    /// where the device did instead of cutting to the departure.
+    @Test func theWayOutOfAStopIsTakenBackFromTheLag() {
+        var rng = SeededRandom(seed: 5)
+        // Two minutes parked at the origin (accuracy 10 m: radius 15 m), then north at 3 m/s.
+        var fixes = (0..<120).map { i in fix(i + 1, t: Double(i), x: rng.gaussian() * 2, y: rng.gaussian() * 2) }
+        for i in 0..<40 { fixes.append(fix(121 + i, t: Double(120 + i), x: rng.gaussian() * 2, y: Double(i + 1) * 3 + rng.gaussian() * 2)) }
+        let (_, all, _) = run(fixes)
+        #expect(all.map(\.fix.seq) == Array(1...160), "every fix judged once, in order")
+        let wayOut = all.filter { $0.fix.seq > 120 }
+        // Fixes 16–30 m out, before the departure was certain, are the way out now (points, or within min_spacing).
+        let early = wayOut.filter { judged in
+            let (x, y) = frame.toLocal(lat: judged.fix.latitude, lon: judged.fix.longitude)
+            return (16..<30).contains(hypot(x, y))
+        }
+        #expect(early.count >= 4 && early.allSatisfy { $0.verdict.rejection != .stationaryDrift } && early.filter { $0.verdict.point != nil }.count >= 3,
+                "\(early.map { "\($0.fix.seq) \($0.verdict.decision.reason)" })")
+        // The first point out of the stop is near its edge, not at the departure.
+        let firstOut = wayOut.compactMap(\.verdict.point).first { p in
+            let (x, y) = frame.toLocal(lat: p.latitude, lon: p.longitude)
+            return hypot(x, y) > 10
+        }
+        let distance = firstOut.map { p in frame.toLocal(lat: p.latitude, lon: p.longitude) }.map { hypot($0.x, $0.y) }
+        #expect((distance ?? .infinity) < 25, "first point out at \(distance ?? .nan) m")
+    }
+
     @Test func aFixWithoutDopplerWaitsForTenSecondsOfLaterFixesAndKeepsItsTime() {
         var rng = SeededRandom(seed: 3)
         let fixes = (0..<60).map { i in fix(i + 1, t: Double(i), x: rng.gaussian() * 4, y: Double(i) * 10 + rng.gaussian() * 4) }

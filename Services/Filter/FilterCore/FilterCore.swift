@@ -298,8 +298,9 @@ public struct FilterCore: Sendable {
             // minute of it): asked now, they would park the device again at
             // once. The moving trend starts with the departure.
             state.trend = TrendWindows()
-            // From standstill the speed is unknown: let the filter pick it up.
-            if var east = state.east, var north = state.north {
+            // From standstill the speed is unknown: let the filter pick it up,
+            // from the first fixes of the way out when they still wait.
+            if !takeBackTheWayOut(from: anchor, radius: radius, to: (x, y), state: &state), var east = state.east, var north = state.north {
                 east.vv = max(east.vv, Self.departureVelocityVariance)
                 north.vv = max(north.vv, Self.departureVelocityVariance)
                 state.east = east
