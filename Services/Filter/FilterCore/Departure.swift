@@ -29,33 +29,24 @@ extension FilterCore {
         while start > 0, Self.leftTheStop(waiting[start - 1]), shortOfTheDeparture(waiting[start - 1]) { start -= 1 }
         guard start < waiting.count else { return false }
         var east = AxisFilter(position: anchor.x, velocity: 0, positionVariance: radius * radius,
-                              velocityVariance: Self.departureVelocityVariance)
+                              velocityVariance: Self.unknownVelocityVariance)
         var north = AxisFilter(position: anchor.y, velocity: 0, positionVariance: radius * radius,
-                               velocityVariance: Self.departureVelocityVariance)
+                               velocityVariance: Self.unknownVelocityVariance)
         var timeMs = waiting[start].fix.timeMs
         for index in start..<waiting.count {
             let fix = waiting[index].fix
             let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
             let sigma = Accuracy.sigma(fix.accuracyM)
             let dt = Double(fix.timeMs - timeMs) / 1000
-            let q = profile.movingQ * max(1, dt) * Self.noDopplerQFactor
-            var predictedEast = east, predictedNorth = north
-            predictedEast.predict(dt: dt, q: q)
-            predictedNorth.predict(dt: dt, q: q)
-            let (ye, se) = predictedEast.innovation(x, r: sigma * sigma)
-            let (yn, sn) = predictedNorth.innovation(y, r: sigma * sigma)
-            guard (ye * ye / se + yn * yn / sn).squareRoot() <= profile.innovationGate else { return false }
+            let (predictedEast, predictedNorth, mahalanobis) = Self.predicted(east, north, dt: dt, q: movingQ(dt: dt, doppler: false),
+                                                                             x: x, y: y, r: sigma * sigma)
+            guard mahalanobis <= profile.innovationGate else { return false }
             (east, north) = (predictedEast, predictedNorth)
             east.update(position: x, r: sigma * sigma)
             north.update(position: y, r: sigma * sigma)
-            let step = FilterStep(frame: frame, priorTimeMs: timeMs, timeMs: fix.timeMs, predictedEast: predictedEast,
-                                  predictedNorth: predictedNorth, east: east, north: north)
-            let placed = Placement(east, north, frame: frame)
-            let estimate = Estimate(latitude: placed.latitude, longitude: placed.longitude,
-                                    accuracyM: placed.sigma / Self.accuracyToSigma, speedMps: placed.speed)
-            waiting[index].verdict = Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted",
-                                                                estimate: estimate),
-                                             point: nil, rejection: nil, step: step)
+            waiting[index].verdict = taken(fix, step: FilterStep(frame: frame, priorTimeMs: timeMs, timeMs: fix.timeMs,
+                                                                 predictedEast: predictedEast, predictedNorth: predictedNorth,
+                                                                 east: east, north: north))
             timeMs = fix.timeMs
         }
         state.lagging = waiting

@@ -167,9 +167,9 @@ public struct FilterCore: Sendable {
     static let clockToleranceMs: Int64 = 60_000
     /// Process noise for fixes without Doppler, as a multiple of the profile's.
     static let noDopplerQFactor = 1.5
-    /// Velocity variance per axis on leaving a stop (m²/s²): from standstill
-    /// the new speed is unknown, up to a fast departure's ~10 m/s.
-    static let departureVelocityVariance = 25.0
+    /// Velocity variance per axis when the speed is unknown (m²/s²): a
+    /// first fix without Doppler, a departure from standstill; up to ~10 m/s.
+    static let unknownVelocityVariance = 25.0
 
     public init(profile: FilterProfile = .named(.balanced)) { self.profile = profile }
 
@@ -301,8 +301,8 @@ public struct FilterCore: Sendable {
             // From standstill the speed is unknown: let the filter pick it up,
             // from the first fixes of the way out when they still wait.
             if !takeBackTheWayOut(from: anchor, radius: radius, to: (x, y), state: &state), var east = state.east, var north = state.north {
-                east.vv = max(east.vv, Self.departureVelocityVariance)
-                north.vv = max(north.vv, Self.departureVelocityVariance)
+                east.vv = max(east.vv, Self.unknownVelocityVariance)
+                north.vv = max(north.vv, Self.unknownVelocityVariance)
                 state.east = east
                 state.north = north
             }
@@ -315,8 +315,7 @@ public struct FilterCore: Sendable {
         // position spreads like dt⁴, not dt³: grow the noise with the gap.
         // Without Doppler nothing else tells the filter of a turn, so it
         // must follow the positions more closely.
-        let q = state.externalMotion == .stationary ? profile.stationaryQ
-            : profile.movingQ * max(1, dt) * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
+        let q = state.externalMotion == .stationary ? profile.stationaryQ : movingQ(dt: dt, doppler: fix.speedMps != nil)
         var (east, north, mahalanobis) = predicted(state, dt: dt, q: q, x: x, y: y, r: r)
         let (predictedEast, predictedNorth, priorTimeMs) = (east, north, state.filterTimeMs)
         if mahalanobis > profile.innovationGate {
@@ -334,9 +333,9 @@ public struct FilterCore: Sendable {
                 north.update(velocity: 0, r: 0.09)
             } else if let course = fix.courseDeg, speed >= 2 {
                 let rv = 0.25 + 0.0004 * speed * speed
-                let radians = course * .pi / 180
-                east.update(velocity: speed * sin(radians), r: rv)
-                north.update(velocity: speed * cos(radians), r: rv)
+                let velocity = Self.velocity(speed: speed, courseDeg: course)
+                east.update(velocity: velocity.east, r: rv)
+                north.update(velocity: velocity.north, r: rv)
             }
         }
         // No device outruns the profile's top speed: a velocity beyond it
@@ -366,10 +365,26 @@ public struct FilterCore: Sendable {
         }
 
         // 8. Minimum spacing and the point: `conclude`, or the smoother.
-        let step = FilterStep(frame: state.frame!, priorTimeMs: priorTimeMs, timeMs: fix.timeMs, predictedEast: predictedEast,
-                              predictedNorth: predictedNorth, east: east, north: north)
-        return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted",
-                                          estimate: estimate(state)), point: nil, rejection: nil, step: step)
+        return taken(fix, step: FilterStep(frame: state.frame!, priorTimeMs: priorTimeMs, timeMs: fix.timeMs,
+                                           predictedEast: predictedEast, predictedNorth: predictedNorth, east: east, north: north))
+    }
+
+    /// A fix the Kalman filter took, its point not yet placed.
+    func taken(_ fix: FilterInput, step: FilterStep) -> Verdict {
+        Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted",
+                                   estimate: Placement(step.east, step.north, frame: step.frame).estimate),
+                point: nil, rejection: nil, step: step)
+    }
+
+    /// Process noise while moving over `dt` seconds.
+    func movingQ(dt: Double, doppler: Bool) -> Double {
+        profile.movingQ * max(1, dt) * (doppler ? 1 : Self.noDopplerQFactor)
+    }
+
+    /// East and north components of a speed along a course (degrees clockwise from north).
+    static func velocity(speed: Double, courseDeg: Double) -> (east: Double, north: Double) {
+        let radians = courseDeg * .pi / 180
+        return (speed * sin(radians), speed * cos(radians))
     }
 
     /// Places and publishes an assessed fix's point at once, from the
@@ -401,11 +416,10 @@ public struct FilterCore: Sendable {
 
     /// The fix accepted at `placed`, its point not yet published.
     func accepted(_ fix: FilterInput, at placed: Placement) -> Verdict {
-        let accuracy = placed.sigma / Self.accuracyToSigma
+        let estimate = placed.estimate
         let point = TrackPoint(seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, latitude: placed.latitude,
-                               longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed,
+                               longitude: placed.longitude, accuracyM: estimate.accuracyM, speedMps: placed.speed,
                                courseDeg: placed.speed >= 0.5 ? placed.course : nil, odometerM: 0)
-        let estimate = Estimate(latitude: placed.latitude, longitude: placed.longitude, accuracyM: accuracy, speedMps: placed.speed)
         return Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: true, reason: "accepted", estimate: estimate),
                        point: point, rejection: nil)
     }
@@ -423,8 +437,7 @@ public struct FilterCore: Sendable {
             let (x, y) = frame.toLocal(lat: point.latitude, lon: point.longitude)
             var here = DeviceFilterState.AcceptedPoint(x: x, y: y, timeMs: point.timeMs, accuracyM: point.accuracyM)
             if let speed = point.speedMps, let course = point.courseDeg {
-                here.ve = speed * sin(course * .pi / 180)
-                here.vn = speed * cos(course * .pi / 180)
+                (here.ve, here.vn) = Self.velocity(speed: speed, courseDeg: course)
             } else if point.speedMps != nil {
                 (here.ve, here.vn) = (0, 0)
             }
@@ -444,9 +457,10 @@ public struct FilterCore: Sendable {
         let frame = state.frame ?? LocalFrame(originLat: fix.latitude, originLon: fix.longitude)
         let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
         let sigma = Accuracy.sigma(accuracy)
-        var ve = 0.0, vn = 0.0, velocityVariance = 25.0
+        var ve = 0.0, vn = 0.0, velocityVariance = Self.unknownVelocityVariance
         if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
-            ve = speed * sin(course * .pi / 180); vn = speed * cos(course * .pi / 180); velocityVariance = 4
+            (ve, vn) = Self.velocity(speed: speed, courseDeg: course)
+            velocityVariance = 4
         }
         state.frame = frame
         state.east = AxisFilter(position: x, velocity: ve, positionVariance: sigma * sigma, velocityVariance: velocityVariance)
@@ -476,7 +490,14 @@ public struct FilterCore: Sendable {
     /// statistical distance from it.
     func predicted(_ state: DeviceFilterState, dt: Double, q: Double, x: Double, y: Double, r: Double)
         -> (east: AxisFilter, north: AxisFilter, mahalanobis: Double) {
-        var east = state.east!, north = state.north!
+        Self.predicted(state.east!, state.north!, dt: dt, q: q, x: x, y: y, r: r)
+    }
+
+    /// Both axes moved `dt` ahead under process noise `q`, and the fix's
+    /// statistical distance from them.
+    static func predicted(_ east: AxisFilter, _ north: AxisFilter, dt: Double, q: Double, x: Double, y: Double, r: Double)
+        -> (east: AxisFilter, north: AxisFilter, mahalanobis: Double) {
+        var east = east, north = north
         east.predict(dt: dt, q: q)
         north.predict(dt: dt, q: q)
         let (ye, se) = east.innovation(x, r: r)
@@ -617,9 +638,7 @@ public struct FilterCore: Sendable {
     /// The current estimate, for the decision log.
     public func estimate(_ state: DeviceFilterState) -> Estimate? {
         guard let frame = state.frame, let east = state.east, let north = state.north else { return nil }
-        let (lat, lon) = frame.toGeo(x: east.position, y: north.position)
-        return Estimate(latitude: lat, longitude: lon, accuracyM: max(east.pp, north.pp).squareRoot() / Self.accuracyToSigma,
-                        speedMps: hypot(east.velocity, north.velocity))
+        return Placement(east, north, frame: frame).estimate
     }
 
     /// The same state in a frame centred on a new origin.

@@ -125,11 +125,11 @@ extension FilterCore {
     func bridge(_ held: FilterInput, next: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
         guard let frame = state.frame, var east = state.east, var north = state.north,
               held.timeMs > state.filterTimeMs, next.timeMs > held.timeMs else { return nil }
-        let q = profile.movingQ * Self.storyQFactor * (held.speedMps == nil ? Self.noDopplerQFactor : 1)
+        let q = storyQ(held)
         if state.stationaryAnchor != nil {
             // Parked, the held fix would be a departure: the speed since is unknown.
-            east.vv = max(east.vv, Self.departureVelocityVariance)
-            north.vv = max(north.vv, Self.departureVelocityVariance)
+            east.vv = max(east.vv, Self.unknownVelocityVariance)
+            north.vv = max(north.vv, Self.unknownVelocityVariance)
         }
         let toHeld = Double(held.timeMs - state.filterTimeMs) / 1000, toNext = Double(next.timeMs - held.timeMs) / 1000
         east.predict(dt: toHeld, q: q)
@@ -144,26 +144,32 @@ extension FilterCore {
         northAfter.update(position: ny, r: nextSigma * nextSigma)
         let eastHeld = Self.smooth(east, predicted: eastNext, smoothedNext: eastAfter, dt: toNext)
         let northHeld = Self.smooth(north, predicted: northNext, smoothedNext: northAfter, dt: toNext)
-        let (x, y) = frame.toLocal(lat: held.latitude, lon: held.longitude)
-        let sigma = Accuracy.sigma(held.accuracyM)
-        let (ye, se) = eastHeld.innovation(x, r: sigma * sigma)
-        let (yn, sn) = northHeld.innovation(y, r: sigma * sigma)
+        return Self.fit(held, to: eastHeld, northHeld, frame: frame)
+    }
+
+    /// The fix's fit to the prediction.
+    func fit(_ fix: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
+        guard let frame = state.frame, var east = state.east, var north = state.north, fix.timeMs > state.filterTimeMs else { return nil }
+        let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
+        east.predict(dt: dt, q: storyQ(fix))
+        north.predict(dt: dt, q: storyQ(fix))
+        return Self.fit(fix, to: east, north, frame: frame)
+    }
+
+    /// A fix against where the two axes put it: its distance in standard
+    /// deviations and its Gaussian log-likelihood (both axes).
+    static func fit(_ fix: FilterInput, to east: AxisFilter, _ north: AxisFilter, frame: LocalFrame)
+        -> (distance: Double, logLikelihood: Double) {
+        let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
+        let sigma = Accuracy.sigma(fix.accuracyM)
+        let (ye, se) = east.innovation(x, r: sigma * sigma)
+        let (yn, sn) = north.innovation(y, r: sigma * sigma)
         let squared = ye * ye / se + yn * yn / sn
         return (squared.squareRoot(), -squared / 2 - log(2 * Double.pi) - log(se * sn) / 2)
     }
 
-    /// The fix's fit to the prediction: its distance in standard deviations and
-    /// its Gaussian log-likelihood (both axes).
-    func fit(_ fix: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
-        guard let frame = state.frame, state.east != nil, fix.timeMs > state.filterTimeMs else { return nil }
-        let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
-        let sigma = Accuracy.sigma(fix.accuracyM)
-        let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
-        let q = profile.movingQ * Self.storyQFactor * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
-        let r = sigma * sigma
-        let (east, north, distance) = predicted(state, dt: dt, q: q, x: x, y: y, r: r)
-        let spread: Double = east.innovation(x, r: r).s * north.innovation(y, r: r).s
-        let logLikelihood: Double = -distance * distance / 2 - log(2 * Double.pi) - log(spread) / 2
-        return (distance, logLikelihood)
+    /// The stories' process noise for `fix` (see `storyQFactor`).
+    private func storyQ(_ fix: FilterInput) -> Double {
+        profile.movingQ * Self.storyQFactor * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
     }
 }

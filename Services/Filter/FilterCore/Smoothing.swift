@@ -17,6 +17,11 @@ struct Placement {
         course = atan2(east.velocity, north.velocity) * 180 / .pi
         if course < 0 { course += 360 }
     }
+
+    /// The decision log's estimate: accuracy as a phone reports it.
+    var estimate: Estimate {
+        Estimate(latitude: latitude, longitude: longitude, accuracyM: sigma / Accuracy.toSigma, speedMps: speed)
+    }
 }
 
 /// A fix waiting in the smoothing lag, with what the forward pass made of it.
