@@ -48,31 +48,18 @@ enum MotionThroughput {
     }
 
     static func measureMotion(_ broker: TestBroker, count: Int) async throws -> Double {
-        let instance = "motion-\(UUID().uuidString.prefix(6))"
-        let motion = try ServiceHarness(executable: "tracker-motion", broker: broker,
-                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5, "maxFleetGeofences": 2_000,
-                                                 "instance": instance])
-        try motion.start()
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/motion"])
-        try await sink.wait(description: "motion online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        let motion = try await Throughput.launch("motion", broker, listening: ["tracker/+/events"], config: ["maxFleetGeofences": 2_000])
         try await addFences(broker)
-        let rate = try await Throughput.pump(broker, sink, payloads(count), marker: #""geofenceID":"finish""#, count: devices)
-        Throughput.printCPU(motion, messages: count)
-        try await Throughput.retire(motion, id: instance, broker)
+        let rate = try await Throughput.pump(broker, motion.sink, payloads(count), marker: #""geofenceID":"finish""#, count: devices)
+        try await motion.finish(messages: count, broker)
         return rate
     }
 
     /// The track service storing the same points; the run ends with the eight tracking gaps.
     static func measureTrack(_ broker: TestBroker, count: Int) async throws -> Double {
-        let instance = "track-\(UUID().uuidString.prefix(6))"
-        let track = try ServiceHarness(executable: "tracker-track", broker: broker,
-                                       config: ["logLevel": "warning", "healthIntervalSec": 0.5, "instance": instance])
-        try track.start()
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/track"])
-        try await sink.wait(description: "track online") { $0.contains { $0.string.contains(#""status":"online""#) } }
-        let rate = try await Throughput.pump(broker, sink, payloads(count), marker: #""type":"trackingGap""#, count: devices)
-        Throughput.printCPU(track, messages: count)
-        try await Throughput.retire(track, id: instance, broker)
+        let track = try await Throughput.launch("track", broker, listening: ["tracker/+/events"])
+        let rate = try await Throughput.pump(broker, track.sink, payloads(count), marker: #""type":"trackingGap""#, count: devices)
+        try await track.finish(messages: count, broker)
         return rate
     }
 

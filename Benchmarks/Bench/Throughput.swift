@@ -99,30 +99,17 @@ enum Throughput {
     /// A fresh gateway, the payloads through it, and the rate until `fixes` came out on `raw`.
     private static func throughGateway(_ broker: TestBroker, _ payloads: [(topic: String, payload: [UInt8])],
                                        fixes: Int, variant: Variant = .standard) async throws -> Double {
-        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                         config: ["logLevel": "warning", "healthIntervalSec": 0.5],
-                                         environment: variant.environment, binaryDirectory: variant.binaries)
-        try gateway.start()
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw", "tracker/_health/gateway"])
-        // "online" from this instance: the previous one's retained health says offline.
-        try await sink.wait(description: "gateway online") { $0.contains { $0.string.contains(#""status":"online""#) } }
-        let rate = try await pump(broker, sink, payloads, leaf: "raw", count: fixes)
-        printCPU(gateway, messages: payloads.count)
-        try await retire(gateway, id: "tracker-gateway", broker)
+        let gateway = try await launch("gateway", broker, listening: ["tracker/+/raw"], variant: variant)
+        let rate = try await pump(broker, gateway.sink, payloads, leaf: "raw", count: fixes)
+        try await gateway.finish(messages: payloads.count, broker)
         return rate
     }
 
     /// Raw fixes published on `tracker/{d}/raw` until every verdict came out as an event.
     static func filter(_ broker: TestBroker, count: Int, variant: Variant = .standard) async throws -> Double {
-        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
-                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5],
-                                        environment: variant.environment, binaryDirectory: variant.binaries)
-        try filter.start()
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
-        try await sink.wait(description: "filter online") { $0.contains { $0.string.contains(#""status":"online""#) } }
-        let rate = try await pump(broker, sink, rawPayloads(count), leaf: "events", count: count)
-        printCPU(filter, messages: count)
-        try await retire(filter, id: "tracker-filter", broker)
+        let filter = try await launch("filter", broker, listening: ["tracker/+/events"], variant: variant)
+        let rate = try await pump(broker, filter.sink, rawPayloads(count), leaf: "events", count: count)
+        try await filter.finish(messages: count, broker)
         return rate
     }
 
@@ -151,6 +138,34 @@ enum Throughput {
         try await retire(filter, id: instance, broker)
         await sink.close()
         return Double(count) / seconds
+    }
+
+    /// A service started for one measure: quiet logs, its own client id, and
+    /// `sink` listening on `filters` and its health from before it is online.
+    struct Measured {
+        let service: ServiceHarness
+        let sink: MessageCollector
+        let instance: String
+
+        /// Its CPU per message, then it stops and its session is forgotten.
+        func finish(messages: Int, _ broker: TestBroker) async throws {
+            printCPU(service, messages: messages)
+            try await retire(service, id: instance, broker)
+        }
+    }
+
+    /// Starts `name` (`gateway`, `filter`, …) with `config` over the quiet defaults and waits until it is online.
+    static func launch(_ name: String, _ broker: TestBroker, listening filters: [String], config: [String: Any] = [:],
+                       variant: Variant = .standard) async throws -> Measured {
+        let instance = "\(name)-\(UUID().uuidString.prefix(6))"
+        let defaults: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.5, "instance": instance]
+        let service = try ServiceHarness(executable: "tracker-\(name)", broker: broker, config: defaults.merging(config) { _, new in new },
+                                         environment: variant.environment, binaryDirectory: variant.binaries)
+        try service.start()
+        let sink = try await MessageCollector(port: broker.port, filters: filters + ["tracker/_health/\(name)"])
+        // "online" from this instance: a previous one's retained health says offline.
+        try await sink.wait(description: "\(name) online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        return Measured(service: service, sink: sink, instance: instance)
     }
 
     /// Stops a measured service and ends its persistent session at the

@@ -23,12 +23,8 @@ enum UploaderBench {
     /// processed) or delivered (the sum of `uploaded` events).
     static func measure(_ broker: TestBroker, count: Int, upload: Bool) async throws -> Double {
         let sink = try HTTPSink(in: broker.directory)
-        let instance = "uploader-\(UUID().uuidString.prefix(6))"
-        let uploader = try ServiceHarness(executable: "tracker-uploader", broker: broker,
-                                          config: ["logLevel": "warning", "healthIntervalSec": 0.1, "instance": instance])
-        try uploader.start()
-        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_fleet/events", "tracker/_health/uploader"])
-        try await collector.wait(description: "uploader online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        let uploader = try await Throughput.launch("uploader", broker, listening: ["tracker/_fleet/events"], config: ["healthIntervalSec": 0.1])
+        let collector = uploader.sink
         let client = try await TestClient.connect(port: broker.port)
         let reply = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
             "url": .string("\(sink.url)/points"), "batchSize": .number(500), "autoSync": .bool(upload)]))
@@ -55,10 +51,9 @@ enum UploaderBench {
             }
         }
         let seconds = (ContinuousClock.now - start).seconds
-        Throughput.printCPU(uploader, messages: payloads.count)
+        try await uploader.finish(messages: payloads.count, broker)
         await client.disconnect()
         await collector.close()
-        try await Throughput.retire(uploader, id: instance, broker)
         return Double(payloads.count) / seconds
     }
 }
