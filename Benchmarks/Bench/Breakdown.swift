@@ -35,8 +35,19 @@ enum Breakdown {
                     let off = Geodesy.distance(s.fix.lat, s.fix.lon, s.truthLat, s.truthLon)
                     let nextJump = k + 1 < samples.count && samples[k + 1].isJump
                     let prevJump = k > 0 && samples[k - 1].isJump
-                    print(String(format: "    seed %d fix %d jump %.0f m acc %.0f → %@ %.1f/%.1f%@%@", seed, k, off, s.fix.acc, j.verdict.decision.reason as NSString,
-                                 j.verdict.decision.measured ?? .nan, j.verdict.decision.limit ?? .nan, prevJump ? " (after a jump)" : "", nextJump ? " (next a jump)" : ""))
+                    // Where the published point landed, and how sharply the truth turns there.
+                    let landed = j.verdict.point.map { Geodesy.distance($0.latitude, $0.longitude, s.truthLat, s.truthLon) } ?? .nan
+                    var turn = Double.nan
+                    if k > 0, k + 1 < samples.count {
+                        let a = samples[k - 1], c = samples[k + 1]
+                        let frame = LocalFrame(originLat: s.truthLat, originLon: s.truthLon)
+                        let pa = frame.toLocal(lat: a.truthLat, lon: a.truthLon), pc = frame.toLocal(lat: c.truthLat, lon: c.truthLon)
+                        let b1 = atan2(-pa.y, -pa.x) * 180 / .pi, b2 = atan2(pc.y, pc.x) * 180 / .pi
+                        turn = abs((b2 - b1 + 540).truncatingRemainder(dividingBy: 360) - 180)
+                    }
+                    print(String(format: "    seed %d fix %d/%d jump %.0f m acc %.0f → %@ %.1f/%.1f landed %.0f m, truth turns %.0f°%@%@", seed, k, samples.count, off, s.fix.acc,
+                                 j.verdict.decision.reason as NSString, j.verdict.decision.measured ?? .nan, j.verdict.decision.limit ?? .nan, landed, turn,
+                                 prevJump ? " (after a jump)" : "", nextJump ? " (next a jump)" : ""))
                 }
             }
             var previous: (point: TrackPoint, index: Int, jump: Bool)?
