@@ -3,8 +3,8 @@ import Foundation
 import Model
 import Testing
 
-/// One fix of look-ahead for sparse fixes: a jump is told from a turn by
-/// where the device is at the next fix.
+/// Look-ahead for sparse fixes: a jump is told from a turn by where the
+/// device is at the next fix (or the one after, when the next leaves it open).
 @Suite struct LookAheadTests {
     let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
     let t0: Int64 = 1_790_000_000_000
@@ -96,6 +96,37 @@ import Testing
         #expect(all.filter { $0.fix.seq != 7 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    /// North at 12 m/s without Doppler, a fix every 15 s at 10 m, wobbling by 3 m;
+    /// the seventh is poor (50 m) and the eighth lands 150 m east.
+    func jumpAfterAPoorFix(count: Int = 12) -> [FilterInput] {
+        (0..<count).map { (i: Int) -> FilterInput in
+            let t = Double(i) * 15
+            return bare(Int64(i + 1), t: t, x: i == 7 ? 150 : (i % 2 == 0 ? 3 : -3), y: t * 12, accuracy: i == 6 ? 50 : 10)
+        }
+    }
+
+    @Test func aJumpTheNextFixLeavesOpenWaitsForTheOneAfter() {
+        // After the poor seventh fix the track is loose: judged with the ninth alone,
+        // the eighth might be a jump or the ninth might be, and one fix of look-ahead
+        // takes the jump. The tenth, on the line with the ninth, settles it.
+        let fixes = jumpAfterAPoorFix()
+        var profile = FilterProfile.named(.balanced)
+        profile.lookAheadFixes = 1
+        let oneFix = run(fixes, core: FilterCore(profile: profile)).all
+        #expect(oneFix.first { $0.fix.seq == 8 }?.verdict.point != nil, "the case one fix lets through")
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...12).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.first { $0.fix.seq == 8 }?.verdict.decision.reason == "isolated_jump")
+        #expect(all.filter { $0.fix.seq != 8 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+        // The eighth waits for the tenth, the ninth behind it; then both move on.
+        var state = DeviceFilterState()
+        let core = FilterCore()
+        for f in fixes.prefix(9) { _ = core.submit(f, state: &state) }
+        #expect(state.pending?.seq == 8 && state.heldBehind?.map(\.seq) == [9])
+        _ = core.submit(fixes[9], state: &state)
+        #expect(state.pending?.seq != 8 && state.heldBehind == nil)
+    }
+
     @Test func aSparseTurnWithoutDopplerIsAccepted() {
         // North at 8 m/s, a right turn between two fixes 15 s apart, then east: each fix
         // is off a straight prediction by as much as the jump above, and every one is true.
@@ -167,6 +198,20 @@ import Testing
         #expect(restored == state)
         #expect(core.flush(state: &restored).map { $0.fix.seq } == [3])
         #expect(restored.pending == nil)
+    }
+
+    @Test func twoHeldFixesSurviveTheStateBeingSaved() throws {
+        let fixes = jumpAfterAPoorFix(count: 10)
+        var state = DeviceFilterState()
+        let core = FilterCore()
+        for f in fixes.prefix(9) { _ = core.submit(f, state: &state) }
+        #expect(state.pending?.seq == 8 && state.heldBehind?.map(\.seq) == [9])
+        var restored = try JSONDecoder().decode(DeviceFilterState.self, from: JSONEncoder().encode(state))
+        #expect(restored == state)
+        let due = core.submit(fixes[9], state: &restored) + core.flush(state: &restored)
+        #expect(due.first { $0.fix.seq == 8 }?.verdict.decision.reason == "isolated_jump")
+        #expect(due.map(\.fix.seq).suffix(3) == [8, 9, 10])
+        #expect(restored.pending == nil && restored.heldBehind == nil)
     }
 
     @Test func aProfileWithoutLookAheadJudgesEveryFixAtOnce() {

@@ -102,16 +102,19 @@ import Testing
         #expect(decisions.count == all.count)
     }
 
-    /// The two decision delays are settings: out of range or not a number,
+    /// The decision delays are settings: out of range or not a number,
     /// the service refuses to start and names the setting.
     @Test func decisionDelaysOutOfRangeAreRefusedByName() throws {
         for (key, value) in [("smoothingLagSec", JSONValue.number(61)), ("smoothingLagSec", .number(-1)),
-                             ("lookAheadSec", .number(121)), ("lookAheadSec", .string("soon"))] {
+                             ("lookAheadSec", .number(121)), ("lookAheadSec", .string("soon")),
+                             ("lookAheadFixes", .number(0)), ("lookAheadFixes", .number(4))] {
             #expect { try FilterSettings(.test([key: value])) } throws: { ($0 as? ConfigError)?.setting == key }
         }
         var settings = try FilterSettings(.test(["smoothingLagSec": .number(0), "lookAheadSec": .number(15)]))
         #expect(settings.profile.smoothingLagMs == 0 && settings.profile.lookAheadMs == 15_000)
         settings = try FilterSettings(.test())
-        #expect(settings.profile.smoothingLagMs == 10_000 && settings.profile.lookAheadMs == 30_000)
+        #expect(settings.profile.smoothingLagMs == 10_000 && settings.profile.lookAheadMs == 30_000 && settings.profile.lookAheadFixes == 2)
+        settings = try FilterSettings(.test(["lookAheadFixes": .number(1)]))
+        #expect(settings.profile.lookAheadFixes == 1)
     }
 }

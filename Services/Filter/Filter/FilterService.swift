@@ -17,6 +17,7 @@ struct FilterSettings {
         profile = .named(FilterProfile.Name(rawValue: name)!)
         // The two decision delays: the profile's by default, a deployment may trade them for latency.
         profile.lookAheadMs = Int64(try reader.double("lookAheadSec", default: Double(profile.lookAheadMs) / 1000, in: 0...120) * 1000)
+        profile.lookAheadFixes = try reader.int("lookAheadFixes", default: profile.lookAheadFixes, in: 1...3)
         profile.smoothingLagMs = Int64(try reader.double("smoothingLagSec", default: Double(profile.smoothingLagMs) / 1000, in: 0...60) * 1000)
         decisionLog = try reader.bool("decisionLog", default: true)
         rawPoints = try reader.bool("rawPoints", default: true)

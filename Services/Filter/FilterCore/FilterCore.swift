@@ -37,6 +37,10 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var previousPosition: Position?
     /// A sparse fix held back until the next one tells a jump from a turn.
     public var pending: FilterInput?
+    /// Fixes that came after `pending` while it was still undecided (the
+    /// look-ahead's second fix). Optional so that state saved before it
+    /// existed still decodes.
+    public var heldBehind: [FilterInput]?
     /// Fixes without Doppler judged but not yet published: they come out
     /// smoothed, `smoothingLagMs` later (see `Smoothing.swift`). Optional so
     /// that state saved before it existed still decodes.

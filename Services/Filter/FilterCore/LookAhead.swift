@@ -7,16 +7,29 @@ public struct Judged: Sendable, Equatable {
     public var verdict: Verdict
 }
 
-/// One fix of look-ahead for sparse fixes. Ten seconds apart, a multipath
-/// jump of a few hundred metres and a turn look alike to a filter that only
-/// knows the past: both land far off the prediction, within what a vehicle
-/// could have done since. The next fix tells them apart: knowing where the
-/// device was before and after, a smoother says where it must have been in
-/// between, within tens of metres even through a turn. So a sparse fix is
-/// held until the next fix (or `flush`, after the profile's `lookAheadMs`),
-/// then judged with it: its point and event come one fix interval late,
-/// still stamped with its own time. Fixes seconds apart (where the
-/// innovation gate already tells) are judged at once.
+/// Look-ahead for sparse fixes. Ten seconds apart, a multipath jump of a
+/// few hundred metres and a turn look alike to a filter that only knows the
+/// past: both land far off the prediction, within what a vehicle could have
+/// done since. The next fix tells them apart: knowing where the device was
+/// before and after, a smoother says where it must have been in between,
+/// within tens of metres even through a turn. So a sparse fix is held until
+/// the next fix (or `flush`, after the profile's `lookAheadMs`), then judged
+/// with it: its point and event come one fix interval late, still stamped
+/// with its own time. When the next fix leaves it open (the held fix off
+/// the bridge, but the next one off the old track too: a jump at either),
+/// the fix after settles it, up to `lookAheadFixes`. Fixes seconds apart
+/// (where the innovation gate already tells) are judged at once.
+extension DeviceFilterState {
+    /// The held fixes, oldest first (`pending`, then those behind it).
+    var held: [FilterInput] {
+        get { (pending.map { [$0] } ?? []) + (heldBehind ?? []) }
+        set {
+            pending = newValue.first
+            heldBehind = newValue.count > 1 ? Array(newValue.dropFirst()) : nil
+        }
+    }
+}
+
 extension FilterCore {
     /// Fixes closer together than this are judged at once: a second or two
     /// apart the innovation gate tells. Every 5 s without Doppler it does not
@@ -26,8 +39,13 @@ extension FilterCore {
     static let jumpPrior = 0.03
     /// How far from the truth a jump may land (m).
     static let jumpRadiusM = 400.0
+    /// A held fix is decided before its last fix of look-ahead once the
+    /// stories are this sure either way.
+    static let settled = 0.01
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
+    /// A fix's log-likelihood in the jump story: a prior of `jumpPrior`, anywhere within `jumpRadiusM`.
+    static var jumpStory: Double { log(jumpPrior) - log(.pi * jumpRadiusM * jumpRadiusM) }
     /// The stories are told with a steady vehicle's process noise, this many
     /// times the profile's, not grown with the gap as the filter's own is
     /// (grown, it makes any landing point within hundreds of metres plausible;
@@ -35,30 +53,56 @@ extension FilterCore {
     static let storyQFactor = 3.0
 
     /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
-    /// is held), one, or two (a held fix and this one).
+    /// is held), one, or more (held fixes and this one).
     public func submit(_ fix: FilterInput, state: inout DeviceFilterState) -> [Judged] {
+        var held = state.held
+        guard !held.isEmpty else {
+            if profile.lookAhead, waitsForNext(fix, state: state) {
+                state.held = [fix]
+                return []
+            }
+            return publish([(fix, assess(fix, state: &state))], state: &state)
+        }
+        // The oldest held fixes whose story is now told are judged; the new
+        // fix waits behind any that is not.
+        held.append(fix)
         var assessed: [(FilterInput, Verdict)] = []
-        if let held = state.pending {
-            state.pending = nil
-            assessed.append((held, resolve(held, next: fix, state: &state)))
+        while held.count > 1 {
+            let later = Array(held.dropFirst())
+            // A second fix is worth waiting for only from a sparse device: a
+            // second or two on, the innovation gate tells.
+            let final = later.count >= profile.lookAheadFixes || later[0].timeMs - held[0].timeMs < Self.lookAheadMinGapMs
+            guard let verdict = resolve(held[0], later: later, final: final, state: &state) else { break }
+            assessed.append((held.removeFirst(), verdict))
         }
-        if profile.lookAhead, waitsForNext(fix, state: state) {
-            state.pending = fix
-        } else {
-            assessed.append((fix, assess(fix, state: &state)))
+        if held.count == 1 {
+            held = []
+            if profile.lookAhead, waitsForNext(fix, state: state) {
+                held = [fix]
+            } else {
+                assessed.append((fix, assess(fix, state: &state)))
+            }
         }
+        state.held = held
         return publish(assessed, state: &state)
     }
 
     /// Everything still waiting when no next fix is coming (silence, a
-    /// session's end): the held fix judged alone, the smoothing lag emptied.
+    /// session's end): the held fixes judged with what came after them (the
+    /// newest alone), the smoothing lag emptied.
     public func flush(state: inout DeviceFilterState) -> [Judged] {
-        var due: [Judged] = []
-        if let held = state.pending {
-            state.pending = nil
-            due = publish([(held, assess(held, state: &state, alone: true))], state: &state)
+        var held = state.held
+        state.held = []
+        var assessed: [(FilterInput, Verdict)] = []
+        while !held.isEmpty {
+            let first = held.removeFirst()
+            if !held.isEmpty, let verdict = resolve(first, later: held, final: true, state: &state) {
+                assessed.append((first, verdict))
+            } else {
+                assessed.append((first, assess(first, state: &state, alone: true)))
+            }
         }
-        return due + releaseLagging(before: .max, state: &state)
+        return publish(assessed, state: &state) + releaseLagging(before: .max, state: &state)
     }
 
     /// Whether anything waits for a later fix (held, or in the smoothing lag).
@@ -91,31 +135,83 @@ extension FilterCore {
         return assess(fix, state: &trial).taken
     }
 
-    /// Judges a held fix knowing the fix after it.
-    private func resolve(_ held: FilterInput, next: FilterInput, state: inout DeviceFilterState) -> Verdict {
+    /// Judges a held fix knowing the fixes after it, or nil while they leave
+    /// it open and it may wait for another (`final` false). Two stories for
+    /// each fix: *true*, it lies where a steady vehicle went from the state
+    /// before it through the true fixes; *jump*, a reflection put it anywhere
+    /// within `jumpRadiusM`, `jumpPrior` of sparse fixes being one. Every way
+    /// of telling them for the held fix and those after it is weighed, and
+    /// the held fix is a jump when the ways in which it is one are the
+    /// likelier. With the next fix alone, a jump there and a jump at the held
+    /// fix look alike, so a held fix judged with one fix is a jump only when
+    /// that fix is back on the old track.
+    func resolve(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
         var through = state
         let verdict = assess(held, state: &through)
-        guard verdict.taken else { state = through; return verdict }
+        guard verdict.taken, let jump = jumpProbability(held, later: later, state: state) else {
+            state = through
+            return verdict
+        }
         var without = state
         without.newestMs = held.timeMs
         without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
-        // Two stories for the held fix. True: it lies where the device was
-        // between the state before it and the next fix (the bridge). Jump: it
-        // is anywhere a reflection puts it, a disc of `jumpRadiusM`, with a
-        // prior of `jumpPrior`. The likelier wins, but only while the next fix
-        // is back on the old track: one that surprises both (a sharp turn
-        // after the held fix, another jump) tells nothing.
-        if let bridge = bridge(held, next: next, state: state), let withoutHeld = fit(next, state: without) {
-            let trueStory = log(1 - Self.jumpPrior) + bridge.logLikelihood
-            let jumpStory = log(Self.jumpPrior) - log(.pi * Self.jumpRadiusM * Self.jumpRadiusM)
-            if withoutHeld.distance <= Self.backOnTrackSigma, jumpStory > trueStory {
-                // The decision log's measured/limit: the held fix's distance from the bridge, the next's from the old track.
-                state = without
-                return reject(held, .isolatedJump, state: state, measured: bridge.distance, limit: withoutHeld.distance)
-            }
+        let bridged = bridge(held, next: later[0], state: state), nextOnTrack = fit(later[0], state: without)
+        let isJump: Bool
+        if final, later.count == 1 {
+            isJump = (nextOnTrack?.distance ?? .infinity) <= Self.backOnTrackSigma
+                && Self.jumpStory > log(1 - Self.jumpPrior) + (bridged?.logLikelihood ?? 0)
+        } else if final || jump <= Self.settled || jump >= 1 - Self.settled {
+            isJump = jump > 0.5
+        } else {
+            return nil
         }
-        state = through
-        return verdict
+        guard isJump else {
+            state = through
+            return verdict
+        }
+        state = without
+        // The decision log's measured/limit: the held fix's distance from the
+        // bridge, the next's from the old track (both in σ).
+        return reject(held, .isolatedJump, state: state, measured: bridged?.distance, limit: nextOnTrack?.distance)
+    }
+
+    /// The probability that `held` is a jump, given the fixes after it (see `resolve`).
+    func jumpProbability(_ held: FilterInput, later: [FilterInput], state: DeviceFilterState) -> Double? {
+        guard let frame = state.frame, var east = state.east, var north = state.north, held.timeMs > state.filterTimeMs else { return nil }
+        if state.stationaryAnchor != nil {
+            // Parked, the held fix would be a departure: the speed since is unknown.
+            east.vv = max(east.vv, Self.unknownVelocityVariance)
+            north.vv = max(north.vv, Self.unknownVelocityVariance)
+        }
+        let fixes = [held] + later
+        var heldJumps = -Double.infinity, all = -Double.infinity
+        for story in 0..<(1 << fixes.count) {
+            var e = east, n = north, timeMs = state.filterTimeMs
+            var logLikelihood = 0.0
+            for (i, fix) in fixes.enumerated() {
+                if story & (1 << i) != 0 { logLikelihood += Self.jumpStory; continue }
+                let dt = Double(fix.timeMs - timeMs) / 1000, q = storyQ(fix)
+                e.predict(dt: dt, q: q)
+                n.predict(dt: dt, q: q)
+                logLikelihood += log(1 - Self.jumpPrior) + Self.fit(fix, to: e, n, frame: frame).logLikelihood
+                let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
+                let sigma = Accuracy.sigma(fix.accuracyM)
+                e.update(position: x, r: sigma * sigma)
+                n.update(position: y, r: sigma * sigma)
+                timeMs = fix.timeMs
+            }
+            all = Self.logSum(all, logLikelihood)
+            // A jump only against a track a later fix confirms: when every
+            // fix is a jump, the filter's state is what is wrong.
+            if story & 1 != 0, story != (1 << fixes.count) - 1 { heldJumps = Self.logSum(heldJumps, logLikelihood) }
+        }
+        return exp(heldJumps - all)
+    }
+
+    /// log(eᵃ + eᵇ) without overflow.
+    static func logSum(_ a: Double, _ b: Double) -> Double {
+        let high = max(a, b)
+        return high == -.infinity ? high : high + log(exp(a - high) + exp(b - high))
     }
 
     /// Where the held fix should be, knowing the state before it and the fix

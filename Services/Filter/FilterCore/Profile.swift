@@ -28,6 +28,10 @@ public struct FilterProfile: Sendable, Equatable {
     /// fix before it is judged alone (wall clock, ms); 0 judges every fix at once.
     public var lookAheadMs: Int64 = 30_000
     public var lookAhead: Bool { lookAheadMs > 0 }
+    /// How many later fixes a held fix may wait for when the first leaves
+    /// it open (a jump at the held fix or at the next one); 1 decides every
+    /// held fix with the next.
+    public var lookAheadFixes = 2
     /// How long a fix without Doppler speed waits for later fixes to smooth
     /// its point (fix time, ms; see `Smoothing.swift`); 0 places it at once.
     public var smoothingLagMs: Int64 = 10_000
