@@ -47,6 +47,15 @@ import TestSupport
         #expect(sparse.inflation == 1)
     }
 
+    @Test func nearlyWhiteErrorsLetTheFilterFollowThePositionsCloser() {
+        // Independent errors average out in the smoother; persisting ones would be driven.
+        let white = FilterCore.noDopplerQFactor(learned(rho: 0, count: 600))
+        #expect(white > 2.2 && white <= FilterCore.whiteNoDopplerQFactor, "\(white)")
+        #expect(FilterCore.noDopplerQFactor(learned(rho: 0.8, count: 600)) == FilterCore.noDopplerQFactor)
+        #expect(FilterCore.noDopplerQFactor(learned(rho: 0, count: 10)) == FilterCore.noDopplerQFactor, "not learned yet")
+        #expect(FilterCore.noDopplerQFactor(nil) == FilterCore.noDopplerQFactor)
+    }
+
     @Test func theStateWithoutItStillDecodes() throws {
         // State saved before the field existed: no key, nil, learned afresh.
         var state = DeviceFilterState()

@@ -38,7 +38,7 @@ extension FilterCore {
             let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
             let sigma = Accuracy.sigma(fix.accuracyM)
             let dt = Double(fix.timeMs - timeMs) / 1000
-            let (predictedEast, predictedNorth, mahalanobis) = Self.predicted(east, north, dt: dt, q: movingQ(dt: dt, doppler: false),
+            let (predictedEast, predictedNorth, mahalanobis) = Self.predicted(east, north, dt: dt, q: movingQ(dt: dt, doppler: false, noise: state.noise),
                                                                              x: x, y: y, r: sigma * sigma)
             guard mahalanobis <= profile.innovationGate else { return false }
             (east, north) = (predictedEast, predictedNorth)

@@ -38,9 +38,12 @@ public struct NoiseCorrelation: Codable, Sendable, Equatable {
     /// A pause in the pairs (a sparse fix, Doppler, a stop): the next fix starts afresh.
     mutating func interrupt() { (lastEast, lastNorth, lastMs) = (nil, nil, nil) }
 
-    /// The lag-one correlation, 0 until enough pairs are in.
+    /// Whether enough pairs are in to conclude anything.
+    var learned: Bool { weight >= Self.minimumWeight && squares > 0 }
+
+    /// The lag-one correlation, 0 until it is learned.
     var correlation: Double {
-        guard weight >= Self.minimumWeight, squares > 0 else { return 0 }
+        guard learned else { return 0 }
         return min(Self.maximumCorrelation, max(0, products / squares))
     }
 
