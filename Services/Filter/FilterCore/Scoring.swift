@@ -14,8 +14,15 @@ public struct FilterScore: Sendable, CustomStringConvertible {
     public var jumpsRejected: Int
     public var cleanFixes: Int
     public var cleanRejectedAsOutliers: Int
+    /// The clean raw fixes' error: the yardstick of `rmseRatio` (stricter
+    /// than all raw fixes', whose jumps make it several times larger).
     public var rawRMSE: Double
+    /// Every raw fix's error, jumps included.
+    public var allRawRMSE: Double
+    /// Every accepted point's error, jumps that got through included.
     public var filteredRMSE: Double
+    /// The accepted points of clean fixes only: what the filter does to good fixes.
+    public var cleanFilteredRMSE: Double
     public var accepted: Int
     public var reasons: [String: Int]
 
@@ -26,6 +33,10 @@ public struct FilterScore: Sendable, CustomStringConvertible {
     public var jumpRejection: Double { jumps == 0 ? 1 : Double(jumpsRejected) / Double(jumps) }
     public var cleanOutlierRate: Double { cleanFixes == 0 ? 0 : Double(cleanRejectedAsOutliers) / Double(cleanFixes) }
     public var rmseRatio: Double { filteredRMSE / rawRMSE }
+    /// Against every raw fix, jumps included.
+    public var rmseRatioToAllRaw: Double { filteredRMSE / allRawRMSE }
+    /// Clean points against clean fixes: the ratio were no jump to get through.
+    public var cleanRMSERatio: Double { cleanFilteredRMSE / rawRMSE }
 
     public var description: String {
         String(format: "length %.0f m vs truth %.0f m (%+.1f %%; odometer %+.1f %%; raw %+.0f %%), jumps rejected %d/%d (%.1f %%), clean rejected as outliers %d/%d (%.2f %%), RMSE %.1f m vs raw %.1f m (ratio %.2f), accepted %d",
@@ -41,6 +52,7 @@ public struct FilterScore: Sendable, CustomStringConvertible {
         var points: [(lat: Double, lon: Double)] = []
         var jumps = 0, jumpsRejected = 0, clean = 0, cleanOutliers = 0
         var rawSquares = 0.0, filteredSquares = 0.0, filteredCount = 0
+        var allRawSquares = 0.0, cleanFilteredSquares = 0.0, cleanFilteredCount = 0
         var reasons: [String: Int] = [:]
         var odometer = 0.0
         // Verdicts may come one fix late (look-ahead): matched to their fix by seq.
@@ -54,14 +66,15 @@ public struct FilterScore: Sendable, CustomStringConvertible {
         for (verdict, index) in verdicts {
             let sample = fixes[index]
             reasons[verdict.decision.reason, default: 0] += 1
+            let rawError = Geodesy.distance(sample.fix.latitude, sample.fix.longitude, sample.truthLat, sample.truthLon)
+            allRawSquares += rawError * rawError
             if sample.isJump {
                 jumps += 1
                 if verdict.point == nil { jumpsRejected += 1 }
             } else {
                 clean += 1
                 if verdict.rejection?.isOutlier == true { cleanOutliers += 1 }
-                let e = Geodesy.distance(sample.fix.latitude, sample.fix.longitude, sample.truthLat, sample.truthLon)
-                rawSquares += e * e
+                rawSquares += rawError * rawError
             }
             if let p = verdict.point {
                 points.append((p.latitude, p.longitude))
@@ -69,6 +82,10 @@ public struct FilterScore: Sendable, CustomStringConvertible {
                 let e = Geodesy.distance(p.latitude, p.longitude, sample.truthLat, sample.truthLon)
                 filteredSquares += e * e
                 filteredCount += 1
+                if !sample.isJump {
+                    cleanFilteredSquares += e * e
+                    cleanFilteredCount += 1
+                }
             }
         }
         return FilterScore(
@@ -77,7 +94,9 @@ public struct FilterScore: Sendable, CustomStringConvertible {
             acceptedLengthM: Geodesy.pathLength(points), odometerM: odometer, jumps: jumps, jumpsRejected: jumpsRejected,
             cleanFixes: clean, cleanRejectedAsOutliers: cleanOutliers,
             rawRMSE: (rawSquares / Double(max(1, clean))).squareRoot(),
+            allRawRMSE: (allRawSquares / Double(max(1, verdicts.count))).squareRoot(),
             filteredRMSE: (filteredSquares / Double(max(1, filteredCount))).squareRoot(),
+            cleanFilteredRMSE: (cleanFilteredSquares / Double(max(1, cleanFilteredCount))).squareRoot(),
             accepted: points.count, reasons: reasons)
     }
 }
