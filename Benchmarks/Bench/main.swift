@@ -41,6 +41,8 @@ case "sweep":
     try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
 case "breakdown" where arguments.count >= 2:
     try Breakdown.run(variantName: arguments[1], seeds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 5)
+case "jump-floor":
+    try JumpFloor.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 40)
 case "trace" where arguments.count == 2:
     try Trace.run(path: arguments[1])
 case "motion-loop":
