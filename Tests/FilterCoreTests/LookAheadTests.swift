@@ -127,6 +127,23 @@ import Testing
         #expect(state.pending?.seq != 8 && state.heldBehind == nil)
     }
 
+    @Test(arguments: [(20.0, 120.0), (30.0, 140.0)])
+    func theStoriesRememberTheWayBeforeTheHeldFix(accuracy: Double, jump: Double) {
+        // North at 12 m/s without Doppler, a fix every 15 s wobbling by a third of
+        // its accuracy; the tenth lands `jump` m east. The filter's own state has
+        // forgotten all but the last fix or two (its velocity known to ±7 m/s on
+        // each axis), so told from it, the bridge spread wide enough to take the
+        // jump for a swerve; the steady track remembers the straight road.
+        let fixes: [FilterInput] = (0..<14).map { (i: Int) -> FilterInput in
+            let t = Double(i) * 15
+            let wobble = Double([1, -1, 0][i % 3]) * accuracy / 3
+            return bare(Int64(i + 1), t: t, x: i == 9 ? jump : wobble, y: t * 12 + wobble, accuracy: accuracy)
+        }
+        let all = run(fixes).all
+        #expect(all.first { $0.fix.seq == 10 }?.verdict.decision.reason == "isolated_jump")
+        #expect(all.filter { $0.fix.seq != 10 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
     @Test func aSparseTurnWithoutDopplerIsAccepted() {
         // North at 8 m/s, a right turn between two fixes 15 s apart, then east: each fix
         // is off a straight prediction by as much as the jump above, and every one is true.

@@ -50,6 +50,8 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var standingMs: Int64?
     /// How much the fixes' errors persist (fixes without Doppler).
     public var noise: NoiseCorrelation?
+    /// The way as a steady vehicle would have driven it (see `SteadyTrack`).
+    public var steady: SteadyTrack?
 
     public init() {}
 
@@ -354,6 +356,7 @@ public struct FilterCore: Sendable {
         state.east = east
         state.north = north
         state.filterTimeMs = fix.timeMs
+        noteSteady(fix, x: x, y: y, r: r, priorTimeMs: priorTimeMs, state: &state)
         state.outlierRun.removeAll()
         state.trend.add(x: x, y: y, sigma: sigma, timeMs: fix.timeMs)
 

@@ -182,6 +182,9 @@ extension FilterCore {
             // Parked, the held fix would be a departure: the speed since is unknown.
             east.vv = max(east.vv, Self.unknownVelocityVariance)
             north.vv = max(north.vv, Self.unknownVelocityVariance)
+        } else if held.speedMps == nil, let steady = state.steady, steady.frame == frame, steady.timeMs == state.filterTimeMs {
+            // Without Doppler the steady track knows the velocity far better.
+            (east, north) = (steady.east, steady.north)
         }
         let fixes = [held] + later
         var heldJumps = -Double.infinity, all = -Double.infinity
@@ -265,7 +268,40 @@ extension FilterCore {
     }
 
     /// The stories' process noise for `fix` (see `storyQFactor`).
-    private func storyQ(_ fix: FilterInput) -> Double {
+    func storyQ(_ fix: FilterInput) -> Double {
         profile.movingQ * Self.storyQFactor * (fix.speedMps == nil ? Self.noDopplerQFactor : 1)
+    }
+}
+
+/// The device's way as a steady vehicle would have driven it: the fixes
+/// the filter took, with the stories' process noise (`storyQ`), not grown
+/// with the gap. Without Doppler the filter's own state forgets the past
+/// within a sparse interval (it must, to follow a turn through its gate):
+/// every 15 s its velocity is known to about ±7 m/s on each axis. The
+/// steady track remembers the fixes before, and the stories start from it.
+public struct SteadyTrack: Codable, Sendable, Equatable {
+    public var east: AxisFilter, north: AxisFilter
+    public var timeMs: Int64
+    public var frame: LocalFrame
+}
+
+extension FilterCore {
+    /// Feeds a fix the filter took to the steady track. The track follows
+    /// the filter update for update; after any break (a new frame, a
+    /// restart, a recovery, the way out of a stop) it starts again from the
+    /// filter's state.
+    func noteSteady(_ fix: FilterInput, x: Double, y: Double, r: Double, priorTimeMs: Int64, state: inout DeviceFilterState) {
+        guard let frame = state.frame, let east = state.east, let north = state.north else { return }
+        guard var steady = state.steady, steady.frame == frame, steady.timeMs == priorTimeMs, fix.timeMs > priorTimeMs else {
+            state.steady = SteadyTrack(east: east, north: north, timeMs: fix.timeMs, frame: frame)
+            return
+        }
+        let dt = Double(fix.timeMs - steady.timeMs) / 1000, q = storyQ(fix)
+        steady.east.predict(dt: dt, q: q)
+        steady.north.predict(dt: dt, q: q)
+        steady.east.update(position: x, r: r)
+        steady.north.update(position: y, r: r)
+        steady.timeMs = fix.timeMs
+        state.steady = steady
     }
 }
