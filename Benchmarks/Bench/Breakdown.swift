@@ -19,11 +19,12 @@ enum Breakdown {
         let indexOfTime = Dictionary(truth.enumerated().map { ($0.element.timeMs, $0.offset) }, uniquingKeysWith: { a, _ in a })
         var arcPrefix = [0.0]
         for (a, b) in zip(truth, truth.dropFirst()) { arcPrefix.append(arcPrefix.last! + Geodesy.distance(a.lat, a.lon, b.lat, b.lon)) }
-        var totals: [String: (cut: Double, noise: Double, count: Int)] = [:]
-        var truthLength = 0.0
+        var totals: [String: (cut: Double, noise: Double, count: Int, odometerShort: Double)] = [:]
+        var truthLength = 0.0, drivenLength = 0.0
         for seed in (1...UInt64(seeds)).map({ $0 * 7919 }) {
             let (samples, truthPath) = variant.apply(to: truth, seed: seed)
             truthLength += Geodesy.pathLength(truthPath)
+            drivenLength += arcPrefix.last!
             let core = FilterCore()
             var state = DeviceFilterState()
             var judged: [Judged] = []
@@ -69,10 +70,12 @@ enum Breakdown {
                     }
                     let slow = (arcPrefix[index] - arcPrefix[prev.index]) / Double(max(1, index - prev.index)) < 3
                     let key = prev.jump || sample.isJump ? "jump" : index - prev.index > 2 * variant.every ? (slow ? "skip slow" : "skip") : slow ? "slow" : "driving"
-                    var t = totals[key] ?? (0, 0, 0)
+                    var t = totals[key] ?? (0, 0, 0, 0)
                     t.cut += chord - sampledArc
                     t.noise += segment - chord
                     t.count += 1
+                    // The odometer's step against the way the truth drove (every truth point).
+                    t.odometerShort += (p.odometerM - prev.point.odometerM) - (arcPrefix[index] - arcPrefix[prev.index])
                     totals[key] = t
                     if ProcessInfo.processInfo.environment["BREAKDOWN_SEGMENTS"] != nil, chord - sampledArc < -30 || segment - chord > 30 {
                         print(String(format: "    seed %d fix %d→%d (%.0f s) %@ arc %.0f chord %.0f segment %.0f  reason before: %@", seed, prev.index, index,
@@ -84,8 +87,9 @@ enum Breakdown {
         }
         print("\(variant.name): per seed, share of the truth's length (\(seeds) seeds)")
         for (key, t) in totals.sorted(by: { $0.key < $1.key }) {
-            print(String(format: "  %-10@ segments %6d  corner cut %+6.2f %%  noise %+6.2f %%", key as NSString, t.count / seeds,
-                         t.cut / truthLength * 100, t.noise / truthLength * 100))
+            print(String(format: "  %-10@ segments %6d  corner cut %+6.2f %%  noise %+6.2f %%  odometer against the way driven %+6.2f %%",
+                         key as NSString, t.count / seeds, t.cut / truthLength * 100, t.noise / truthLength * 100,
+                         t.odometerShort / drivenLength * 100))
         }
     }
 }
