@@ -1,3 +1,4 @@
+import FilterCore
 import Foundation
 import Model
 import TestSupport
@@ -11,7 +12,8 @@ import TestSupport
 /// fixes do cannot be rejected without rejecting them too. The oracle
 /// rejects the 1 % (and 5 %) of clean fixes farthest off, scaled by their
 /// reported accuracy; the jumps it still lets through, as a share of the
-/// points, are a floor for any filter working from positions alone.
+/// points, are a floor for any filter working from positions alone. It also
+/// gives the odometer's floor: the Hermite way with the truth's own velocities.
 enum JumpFloor {
     static func run(seeds: Int) throws {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
@@ -62,6 +64,25 @@ enum JumpFloor {
                                through.reduce(0, +) / Double(through.count), through.max() ?? 0)
             }
             print(line)
+        }
+        // The odometer's side: the way between fixes `every` seconds apart
+        // drawn as the Hermite curve with the truth's own positions and
+        // velocities, against the way driven (the straight line when under
+        // 1 m/s at either end, as the odometer does when speed says little).
+        print("the truth's own Hermite way against the way driven (the odometer's floor)")
+        for every in [5, 10, 15] {
+            var hermite = 0.0, chords = 0.0, driven = 0.0
+            for i in stride(from: 0, to: places.count - every, by: every) {
+                let (a, b) = (places[i], places[i + every])
+                let chord = hypot(b.x - a.x, b.y - a.y)
+                for k in i..<(i + every) { driven += hypot(places[k + 1].x - places[k].x, places[k + 1].y - places[k].y) }
+                chords += chord
+                let (va, vb) = (velocities[i], velocities[i + every]), dt = Double(every)
+                guard hypot(va.0, va.1) >= 1, hypot(vb.0, vb.1) >= 1 else { hermite += chord; continue }
+                let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: (va.0 * dt, va.1 * dt), tb: (vb.0 * dt, vb.1 * dt))
+                hermite += curve <= 1.6 * chord ? max(chord, curve) : chord
+            }
+            print(String(format: "every %2d s: Hermite %+.1f %%, straight lines %+.1f %%", every, (hermite / driven - 1) * 100, (chords / driven - 1) * 100))
         }
     }
 }

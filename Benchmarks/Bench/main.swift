@@ -104,5 +104,5 @@ case "all", "gateway", "filter":
         try Quality.run(seeds: [1, 2, 3, 4, 5])
     }
 default:
-    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | trace FILE")
+    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE")
 }

@@ -7,7 +7,7 @@ import Foundation
 /// 15 s). The way is the cubic Hermite curve through both points with the
 /// velocities the filter estimated there: the smoothest path that leaves
 /// and arrives as the device did.
-enum Odometer {
+public enum Odometer {
     /// Closer in time than this, the chord is the way (ms).
     static let curveFromMs: Int64 = 2_500
     /// The curve is trusted up to this multiple of the chord: longer, the
@@ -34,7 +34,7 @@ enum Odometer {
 
     /// Length of the cubic Hermite curve from `a` to `b` with tangents `ta`,
     /// `tb` (per unit parameter), by 16 chords (under 0.1 % short on a quarter circle).
-    static func hermiteLength(a: (Double, Double), b: (Double, Double), ta: (Double, Double), tb: (Double, Double)) -> Double {
+    public static func hermiteLength(a: (Double, Double), b: (Double, Double), ta: (Double, Double), tb: (Double, Double)) -> Double {
         func at(_ s: Double) -> (Double, Double) {
             let s2 = s * s, s3 = s2 * s
             let h00 = 2 * s3 - 3 * s2 + 1, h10 = s3 - 2 * s2 + s, h01 = -2 * s3 + 3 * s2, h11 = s3 - s2

@@ -77,8 +77,8 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     /// Closer to the previous accepted point than the minimum spacing.
     case minSpacing = "min_spacing"
     /// A sparse fix far from where the device must have been between the
-    /// fixes before and after it: a jump, not a turn (decided one fix late,
-    /// see `lookAheadMs`).
+    /// fixes before and after it: a jump, not a turn (decided one or two
+    /// fixes late, see `lookAheadMs` and `lookAheadFixes`).
     case isolatedJump = "isolated_jump"
 
     /// Outlier reasons: the fix is believed wrong, not merely redundant.
