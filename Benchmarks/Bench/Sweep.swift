@@ -23,7 +23,11 @@ enum Sweep {
             NoiseVariant("phone τ10s" + suffix, correlation: 0.9, jumpProbability: 0.01, withSpeed: withSpeed, jumpBurst: 3...8),
             NoiseVariant("phone τ10s 10 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 10, withSpeed: withSpeed, jumpBurst: 3...8),
             NoiseVariant("phone τ10s 15 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 15, withSpeed: withSpeed, jumpBurst: 3...8),
-        ]
+        ] + [1, 5, 10, 15].map { every in
+            // A recent phone in the open: the same wandering error and bursts, accuracy 3–15 m.
+            NoiseVariant("good phone" + (every == 1 ? "" : " \(every) s") + suffix, correlation: 0.9, jumpProbability: 0.01, every: every,
+                         withSpeed: withSpeed, jumpBurst: 3...8, accuracyRange: 3...15)
+        }
     }
 
     static func run(seeds: Int) throws {

@@ -41,6 +41,8 @@ public struct NoiseGenerator: Sendable {
     public var correlation = 0.3
     /// How many fixes in a row a multipath jump lasts.
     public var jumpBurst = 1...3
+    /// The range the reported accuracy wanders in (m).
+    public var accuracyRange = 5.0...65.0
 
     public init(seed: UInt64) { self.seed = seed }
 
@@ -51,7 +53,7 @@ public struct NoiseGenerator: Sendable {
         // The tunnel: a silent stretch around the middle of the drive, where the device moves.
         let middle = first.t + (last.t - first.t) * 0.55
         let tunnelStart = truth.first { $0.t >= middle && ($0.speed ?? 0) > 5 }?.t ?? middle
-        var logAccuracy = log(15.0)
+        var logAccuracy = log(min(accuracyRange.upperBound, max(accuracyRange.lowerBound, 15.0)))
         var ex = 0.0, ey = 0.0
         var jumpLeft = 0
         var jumpOffset = (0.0, 0.0)
@@ -59,7 +61,7 @@ public struct NoiseGenerator: Sendable {
         for point in truth {
             // Accuracy: a bounded random walk in log space, 5…65 m.
             logAccuracy += rng.gaussian() * 0.15
-            logAccuracy = min(log(65), max(log(5), logAccuracy))
+            logAccuracy = min(log(accuracyRange.upperBound), max(log(accuracyRange.lowerBound), logAccuracy))
             let accuracy = exp(logAccuracy)
             let sigma = accuracy / 1.5
             let innovation = (1 - correlation * correlation).squareRoot()
@@ -133,9 +135,11 @@ public struct NoiseVariant: Sendable {
     public var every = 1
     public var withSpeed = true
     public var jumpBurst = 1...3
+    public var accuracyRange = 5.0...65.0
 
     public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true,
-                jumpBurst: ClosedRange<Int> = 1...3) {
+                jumpBurst: ClosedRange<Int> = 1...3, accuracyRange: ClosedRange<Double> = 5.0...65.0) {
+        self.accuracyRange = accuracyRange
         self.name = name
         self.correlation = correlation
         self.jumpProbability = jumpProbability
@@ -150,6 +154,7 @@ public struct NoiseVariant: Sendable {
         generator.correlation = correlation
         generator.jumpProbability = jumpProbability
         generator.jumpBurst = jumpBurst
+        generator.accuracyRange = accuracyRange
         let samples = generator.apply(to: truth).enumerated().filter { $0.offset % every == 0 }.map { _, sample in
             var sample = sample
             if !withSpeed { sample.fix.speed = nil; sample.fix.course = nil }
