@@ -13,7 +13,9 @@ import TestSupport
 /// rejects the 1 % (and 5 %) of clean fixes farthest off, scaled by their
 /// reported accuracy; the jumps it still lets through, as a share of the
 /// points, are a floor for any filter working from positions alone. It also
-/// gives the odometer's floor: the Hermite way with the truth's own velocities.
+/// gives the odometer's floors: the Hermite way with the truth's own
+/// velocities, and from the truth's positions alone (each tangent from the
+/// neighbours, as a filter without Doppler has to).
 enum JumpFloor {
     static func run(seeds: Int) throws {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
@@ -82,7 +84,18 @@ enum JumpFloor {
                 let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: (va.0 * dt, va.1 * dt), tb: (vb.0 * dt, vb.1 * dt))
                 hermite += curve <= 1.6 * chord ? max(chord, curve) : chord
             }
-            print(String(format: "every %2d s: Hermite %+.1f %%, straight lines %+.1f %%", every, (hermite / driven - 1) * 100, (chords / driven - 1) * 100))
+            // Without velocities, from the positions alone: each point's tangent from its neighbours (Catmull–Rom).
+            var fromPositions = 0.0, drivenInside = 0.0
+            for i in stride(from: every, to: places.count - 2 * every, by: every) {
+                let (p0, a, b, p3) = (places[i - every], places[i], places[i + every], places[i + 2 * every])
+                let chord = hypot(b.x - a.x, b.y - a.y)
+                for k in i..<(i + every) { drivenInside += hypot(places[k + 1].x - places[k].x, places[k + 1].y - places[k].y) }
+                let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: ((b.x - p0.x) / 2, (b.y - p0.y) / 2),
+                                                   tb: ((p3.x - a.x) / 2, (p3.y - a.y) / 2))
+                fromPositions += curve <= 1.6 * chord ? max(chord, curve) : chord
+            }
+            print(String(format: "every %2d s: Hermite %+.1f %%, from the positions alone %+.1f %%, straight lines %+.1f %%", every,
+                         (hermite / driven - 1) * 100, (fromPositions / drivenInside - 1) * 100, (chords / driven - 1) * 100))
         }
     }
 }
