@@ -152,22 +152,23 @@ extension FilterCore {
     func resolve(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
         var through = state
         let verdict = assess(held, state: &through)
-        guard verdict.taken, let jump = jumpProbability(held, later: later, state: state) else {
-            state = through
-            return verdict
-        }
         var without = state
         without.newestMs = held.timeMs
         without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
-        let bridged = bridge(held, next: later[0], state: state), nextOnTrack = fit(later[0], state: without)
+        guard verdict.taken, let bridged = bridge(held, next: later[0], state: state),
+              let nextOnTrack = fit(later[0], state: without) else {
+            state = through
+            return verdict
+        }
         let isJump: Bool
         if final, later.count == 1 {
-            isJump = (nextOnTrack?.distance ?? .infinity) <= Self.backOnTrackSigma
-                && Self.jumpStory > log(1 - Self.jumpPrior) + (bridged?.logLikelihood ?? 0)
-        } else if final || jump <= Self.settled || jump >= 1 - Self.settled {
+            isJump = nextOnTrack.distance <= Self.backOnTrackSigma
+                && Self.jumpStory > log(1 - Self.jumpPrior) + bridged.logLikelihood
+        } else if let jump = jumpProbability(held, later: later, state: state) {
+            guard final || jump <= Self.settled || jump >= 1 - Self.settled else { return nil }
             isJump = jump > 0.5
         } else {
-            return nil
+            isJump = false
         }
         guard isJump else {
             state = through
@@ -176,7 +177,7 @@ extension FilterCore {
         state = without
         // The decision log's measured/limit: the held fix's distance from the
         // bridge, the next's from the old track (both in σ).
-        return reject(held, .isolatedJump, state: state, measured: bridged?.distance, limit: nextOnTrack?.distance)
+        return reject(held, .isolatedJump, state: state, measured: bridged.distance, limit: nextOnTrack.distance)
     }
 
     /// The probability that `held` is a jump, given the fixes after it (see `resolve`).
