@@ -144,6 +144,44 @@ import Testing
         #expect(all.filter { $0.fix.seq != 10 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test func theTailOfAMultipathBurstIsRejectedOnceTheOldTrackComesBack() {
+        // North at 12 m/s without Doppler, a fix a second at 10 m; from the 41st,
+        // eight fixes in a row land 100 m east, moving with the device, then the
+        // fixes are back. The filter rejects the first of them, but its gate,
+        // grown with the time since its last update, takes the tail: with one
+        // fix of look-ahead the next (the same burst) agreed with it.
+        let fixes: [FilterInput] = (0..<70).map { (i: Int) -> FilterInput in
+            let t = Double(i)
+            return bare(Int64(i + 1), t: t, x: (40..<48).contains(i) ? 100 : Double([2, -2, 0][i % 3]), y: t * 12)
+        }
+        let (due, all) = run(fixes)
+        #expect(all.map { $0.fix.seq } == (1...70).map(Int64.init), "one verdict per fix, in order")
+        let burst = all.filter { (41...48).contains($0.fix.seq) }
+        #expect(burst.allSatisfy { $0.verdict.point == nil }, "\(burst.map { $0.verdict.decision.reason })")
+        #expect(burst.contains { $0.verdict.decision.reason == "isolated_jump" })
+        let after = all.filter { $0.fix.seq > 48 }
+        #expect(after.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(after.map { $0.verdict.decision.reason })")
+        // Nothing waits longer than the burst window and the smoothing lag: every verdict is out within 20 s of its fix.
+        for (i, verdicts) in due.dropLast().enumerated() {
+            #expect(verdicts.allSatisfy { Int($0.fix.seq) >= i + 1 - 20 }, "fix \(i + 1): \(verdicts.map(\.fix.seq))")
+        }
+    }
+
+    @Test func aTrackThatDoesNotComeBackIsFollowed() {
+        // The same, but the fixes stay 100 m east (the filter had lost the
+        // device): once the old track has not come back within the burst
+        // window, the new one is taken.
+        let fixes: [FilterInput] = (0..<70).map { (i: Int) -> FilterInput in
+            let t = Double(i)
+            return bare(Int64(i + 1), t: t, x: (i >= 40 ? 100 : 0) + Double([2, -2, 0][i % 3]), y: t * 12)
+        }
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...70).map(Int64.init))
+        let settled = all.filter { $0.fix.seq > 55 }
+        #expect(settled.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(settled.map { $0.verdict.decision.reason })")
+        #expect(settled.contains { $0.verdict.point != nil })
+    }
+
     @Test func aSparseTurnWithoutDopplerIsAccepted() {
         // North at 8 m/s, a right turn between two fixes 15 s apart, then east: each fix
         // is off a straight prediction by as much as the jump above, and every one is true.

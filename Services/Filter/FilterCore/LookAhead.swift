@@ -42,6 +42,11 @@ extension FilterCore {
     /// A held fix is decided before its last fix of look-ahead once the
     /// stories are this sure either way.
     static let settled = 0.01
+    /// How long a held fix after a run of rejections waits for the old track
+    /// to come back (fix time), and for at most how many fixes: multipath
+    /// bursts last seconds (a phone's 3–8 s here).
+    static let burstWindowMs: Int64 = 8_000
+    static let burstFixes = 10
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
     /// A fix's log-likelihood in the jump story: a prior of `jumpPrior`, anywhere within `jumpRadiusM`.
@@ -68,15 +73,7 @@ extension FilterCore {
         held.append(fix)
         var assessed: [(FilterInput, Verdict)] = []
         while held.count > 1 {
-            let later = Array(held.dropFirst())
-            // A second fix is worth waiting for only from a sparse device
-            // (a second or two on, the innovation gate tells) and without
-            // Doppler: with it the velocity is known and one fix settles it
-            // (forty seeds every 15 s with Doppler: a second fix kept more
-            // clean fixes but lost 0.2 % of the odometer in loops).
-            let final = later.count >= profile.lookAheadFixes || held[0].speedMps != nil
-                || later[0].timeMs - held[0].timeMs < Self.lookAheadMinGapMs
-            guard let verdict = resolve(held[0], later: later, final: final, state: &state) else { break }
+            guard let verdict = judgeHeld(held[0], later: Array(held.dropFirst()), silent: false, state: &state) else { break }
             assessed.append((held.removeFirst(), verdict))
         }
         if held.count == 1 {
@@ -100,13 +97,33 @@ extension FilterCore {
         var assessed: [(FilterInput, Verdict)] = []
         while !held.isEmpty {
             let first = held.removeFirst()
-            if !held.isEmpty, let verdict = resolve(first, later: held, final: true, state: &state) {
+            if !held.isEmpty, let verdict = judgeHeld(first, later: held, silent: true, state: &state) {
                 assessed.append((first, verdict))
             } else {
                 assessed.append((first, assess(first, state: &state, alone: true)))
             }
         }
         return publish(assessed, state: &state) + releaseLagging(before: .max, state: &state)
+    }
+
+    /// Judges the oldest held fix with the fixes after it, or nil while it
+    /// may wait for more (never once the device fell `silent`).
+    private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, state: inout DeviceFilterState) -> Verdict? {
+        let dense = later[0].timeMs - held.timeMs < Self.lookAheadMinGapMs
+        if dense, held.speedMps == nil, state.outlierRun.count >= 2 {
+            // The filter has just rejected fixes in a row, and its gate, grown
+            // with the time since, now takes one: the tail of a multipath
+            // burst, or the device's new track. The old track coming back says which.
+            let waited = later.last!.timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
+            return resolveBurst(held, later: later, final: silent || waited, state: &state)
+        }
+        // A second fix is worth waiting for only from a sparse device (a
+        // second or two on, the innovation gate tells) and without Doppler:
+        // with it the velocity is known and one fix settles it (forty seeds
+        // every 15 s with Doppler: a second fix kept more clean fixes but lost
+        // 0.2 % of the odometer in loops).
+        let final = silent || dense || held.speedMps != nil || later.count >= profile.lookAheadFixes
+        return resolve(held, later: later, final: final, state: &state)
     }
 
     /// Whether anything waits for a later fix (held, or in the smoothing lag).
@@ -178,6 +195,36 @@ extension FilterCore {
         // The decision log's measured/limit: the held fix's distance from the
         // bridge, the next's from the old track (both in σ).
         return reject(held, .isolatedJump, state: state, measured: bridged.distance, limit: nextOnTrack.distance)
+    }
+
+    /// A held fix after a run of rejections, its next fixes seconds apart:
+    /// a jump when a later fix comes back to the old track (and is off the
+    /// one through the held fix) while the held fix is off it; taken when
+    /// none has within `burstWindowMs` (the old track is gone: a real jump,
+    /// a filter that lost the device). Nil while it may still come back.
+    func resolveBurst(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
+        var through = state
+        let verdict = assess(held, state: &through)
+        guard verdict.taken, let heldOnOld = fit(held, state: state), heldOnOld.distance > Self.backOnTrackSigma else {
+            state = through
+            return verdict
+        }
+        // Back on the old track, and off the one through the held fix.
+        let back = later.compactMap { next -> (distance: Double, logLikelihood: Double)? in
+            guard let old = fit(next, state: state), old.distance <= Self.backOnTrackSigma else { return nil }
+            if let new = fit(next, state: through), new.distance <= Self.backOnTrackSigma { return nil }
+            return old
+        }.first
+        guard let back else {
+            if !final { return nil }
+            state = through
+            return verdict
+        }
+        var without = state
+        without.newestMs = held.timeMs
+        without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
+        state = without
+        return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
     }
 
     /// The probability that `held` is a jump, given the fixes after it (see `resolve`).
