@@ -7,7 +7,8 @@ import TestSupport
 /// summary line each (mean and worst), for judging a filter change by more
 /// than one draw of the noise. `SWEEP_DETAIL=<variant>` prints that
 /// variant's seeds; `SWEEP_DUMP=<seed>` also writes that seed as a recording
-/// for `tracker-bench trace`.
+/// for `tracker-bench trace`; `SWEEP_OPTIMISM=<k>` makes every fix's error k
+/// times what its accuracy reports.
 enum Sweep {
     static let variants: [NoiseVariant] = [false, true].flatMap { withSpeed -> [NoiseVariant] in
         let suffix = withSpeed ? "" : " no speed"
@@ -33,7 +34,10 @@ enum Sweep {
     static func run(seeds: Int) throws {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let environment = ProcessInfo.processInfo.environment
-        for variant in variants {
+        // SWEEP_OPTIMISM=k: every fix's error k times what its accuracy reports.
+        let optimism = environment["SWEEP_OPTIMISM"].flatMap(Double.init) ?? 1
+        for var variant in variants {
+            variant.optimism = optimism
             var scores: [FilterScore] = []
             for seed in (1...UInt64(seeds)).map({ $0 * 7919 }) {
                 let (samples, truthPath) = variant.apply(to: truth, seed: seed)

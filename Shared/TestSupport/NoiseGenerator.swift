@@ -43,6 +43,9 @@ public struct NoiseGenerator: Sendable {
     public var jumpBurst = 1...3
     /// The range the reported accuracy wanders in (m).
     public var accuracyRange = 5.0...65.0
+    /// How much larger the errors are than the reported accuracy says (1:
+    /// honest; phones in built-up areas often report too small a figure).
+    public var optimism = 1.0
 
     public init(seed: UInt64) { self.seed = seed }
 
@@ -63,7 +66,7 @@ public struct NoiseGenerator: Sendable {
             logAccuracy += rng.gaussian() * 0.15
             logAccuracy = min(log(accuracyRange.upperBound), max(log(accuracyRange.lowerBound), logAccuracy))
             let accuracy = exp(logAccuracy)
-            let sigma = accuracy / 1.5
+            let sigma = accuracy / 1.5 * optimism
             let innovation = (1 - correlation * correlation).squareRoot()
             ex = correlation * ex + innovation * sigma * rng.gaussian()
             ey = correlation * ey + innovation * sigma * rng.gaussian()
@@ -136,6 +139,7 @@ public struct NoiseVariant: Sendable {
     public var withSpeed = true
     public var jumpBurst = 1...3
     public var accuracyRange = 5.0...65.0
+    public var optimism = 1.0
 
     public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true,
                 jumpBurst: ClosedRange<Int> = 1...3, accuracyRange: ClosedRange<Double> = 5.0...65.0) {
@@ -155,6 +159,7 @@ public struct NoiseVariant: Sendable {
         generator.jumpProbability = jumpProbability
         generator.jumpBurst = jumpBurst
         generator.accuracyRange = accuracyRange
+        generator.optimism = optimism
         let samples = generator.apply(to: truth).enumerated().filter { $0.offset % every == 0 }.map { _, sample in
             var sample = sample
             if !withSpeed { sample.fix.speed = nil; sample.fix.course = nil }
