@@ -114,7 +114,7 @@ extension FilterCore {
             // The filter has just rejected fixes in a row, and its gate, grown
             // with the time since, now takes one: the tail of a multipath
             // burst, or the device's new track. The old track coming back says which.
-            let waited = later.last!.timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
+            let waited = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
             return resolveBurst(held, later: later, final: silent || waited, state: &state)
         }
         // A second fix is worth waiting for only from a sparse device (a
