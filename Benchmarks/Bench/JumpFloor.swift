@@ -23,7 +23,7 @@ enum JumpFloor {
         let places = truth.map { frame.toLocal(lat: $0.lat, lon: $0.lon) }
         let velocities = truth.map { fix -> (Double, Double) in
             guard let speed = fix.speed, let course = fix.course else { return (0, 0) }
-            return (speed * sin(course * .pi / 180), speed * cos(course * .pi / 180))
+            return Geodesy.velocity(speed: speed, courseDeg: course)
         }
         let indexOfTime = Dictionary(truth.enumerated().map { ($0.element.timeMs, $0.offset) }, uniquingKeysWith: { a, _ in a })
         print("jumps an oracle cannot tell from driving, as a share of the points (\(seeds) seeds; mean, worst seed)")

@@ -12,6 +12,12 @@ public enum Geodesy {
         return 2 * earthRadiusM * asin(min(1, sqrt(a)))
     }
 
+    /// East and north components of a speed along a course (degrees clockwise from north).
+    public static func velocity(speed: Double, courseDeg: Double) -> (east: Double, north: Double) {
+        let radians = courseDeg * .pi / 180
+        return (speed * sin(radians), speed * cos(radians))
+    }
+
     /// Sum of the legs of a path of (lat, lon) pairs.
     public static func pathLength(_ points: [(lat: Double, lon: Double)]) -> Double {
         zip(points, points.dropFirst()).reduce(0) { $0 + distance($1.0.lat, $1.0.lon, $1.1.lat, $1.1.lon) }

@@ -164,7 +164,6 @@ public struct FilterStep: Codable, Sendable, Equatable {
 public struct FilterCore: Sendable {
     public var profile: FilterProfile
 
-    static let accuracyToSigma = Accuracy.toSigma
     /// Doppler speeds below this say "standing"; a walker's stay above it but for single dips.
     static let standingDopplerMps = 0.5
     /// Doppler speeds from this up say "moving", even at a slow walk.
@@ -341,7 +340,7 @@ public struct FilterCore: Sendable {
                 north.update(velocity: 0, r: 0.09)
             } else if let course = fix.courseDeg, speed >= 2 {
                 let rv = 0.25 + 0.0004 * speed * speed
-                let velocity = Self.velocity(speed: speed, courseDeg: course)
+                let velocity = Geodesy.velocity(speed: speed, courseDeg: course)
                 east.update(velocity: velocity.east, r: rv)
                 north.update(velocity: velocity.north, r: rv)
             }
@@ -402,12 +401,6 @@ public struct FilterCore: Sendable {
         return max(noDopplerQFactor, whiteNoDopplerQFactor - 2 * noise.correlation)
     }
 
-    /// East and north components of a speed along a course (degrees clockwise from north).
-    static func velocity(speed: Double, courseDeg: Double) -> (east: Double, north: Double) {
-        let radians = courseDeg * .pi / 180
-        return (speed * sin(radians), speed * cos(radians))
-    }
-
     /// Places and publishes an assessed fix's point at once, from the
     /// forward filter's own estimate.
     func conclude(_ verdict: Verdict, fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
@@ -458,7 +451,7 @@ public struct FilterCore: Sendable {
             let (x, y) = frame.toLocal(lat: point.latitude, lon: point.longitude)
             var here = DeviceFilterState.AcceptedPoint(x: x, y: y, timeMs: point.timeMs, accuracyM: point.accuracyM)
             if let speed = point.speedMps, let course = point.courseDeg {
-                (here.ve, here.vn) = Self.velocity(speed: speed, courseDeg: course)
+                (here.ve, here.vn) = Geodesy.velocity(speed: speed, courseDeg: course)
             } else if point.speedMps != nil {
                 (here.ve, here.vn) = (0, 0)
             }
@@ -480,7 +473,7 @@ public struct FilterCore: Sendable {
         let sigma = Accuracy.sigma(accuracy)
         var ve = 0.0, vn = 0.0, velocityVariance = Self.unknownVelocityVariance
         if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
-            (ve, vn) = Self.velocity(speed: speed, courseDeg: course)
+            (ve, vn) = Geodesy.velocity(speed: speed, courseDeg: course)
             velocityVariance = 4
         }
         state.frame = frame

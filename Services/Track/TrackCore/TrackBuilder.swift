@@ -166,9 +166,9 @@ public struct TrackBuilder: Sendable {
             if speed < 0.3 {
                 velocity = (0, 0, 0.09)
             } else if speed >= 2, let course = m.courseDeg {
-                let radians = course * .pi / 180
+                let (east, north) = Geodesy.velocity(speed: speed, courseDeg: course)
                 // Speed ±0.5 m/s along the way, course ±5° across it.
-                velocity = (speed * sin(radians), speed * cos(radians), 0.25 + 0.008 * speed * speed)
+                velocity = (east, north, 0.25 + 0.008 * speed * speed)
             }
         }
         return Observation(timeMs: p.point.timeMs, x: x, y: y, r: Self.variance(accuracyM: m.accuracyM), velocity: velocity)
@@ -180,7 +180,7 @@ public struct TrackBuilder: Sendable {
         if let speed = p.point.speedMps, speed < 0.3 {
             velocity = (0, 0)
         } else if let speed = p.point.speedMps, let course = p.point.courseDeg {
-            velocity = (speed * sin(course * .pi / 180), speed * cos(course * .pi / 180))
+            velocity = Geodesy.velocity(speed: speed, courseDeg: course)
         }
         return LiveEstimate(x: x, y: y, r: Self.variance(accuracyM: p.point.accuracyM), velocity: velocity,
                             smoothed: p.measured.map { $0.speedMps == nil } ?? false)
