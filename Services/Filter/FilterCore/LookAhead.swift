@@ -169,9 +169,7 @@ extension FilterCore {
     func resolve(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
         var through = state
         let verdict = assess(held, state: &through)
-        var without = state
-        without.newestMs = held.timeMs
-        without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
+        let without = skipping(held, state)
         guard verdict.taken, let bridged = bridge(held, next: later[0], state: state),
               let nextOnTrack = fit(later[0], state: without) else {
             state = through
@@ -220,24 +218,37 @@ extension FilterCore {
             state = through
             return verdict
         }
+        state = skipping(held, state)
+        return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
+    }
+
+    /// The state with `held` judged a jump: its time and place noted (for
+    /// ordering and repeats), nothing else learned from it.
+    private func skipping(_ held: FilterInput, _ state: DeviceFilterState) -> DeviceFilterState {
         var without = state
         without.newestMs = held.timeMs
         without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
-        state = without
-        return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
+        return without
+    }
+
+    /// Where the stories about `held` start: the filter's state, with an
+    /// unknown speed when parked (the held fix would be a departure), or,
+    /// `steady` and without Doppler, the steady track, which knows the velocity far better.
+    private func storyStart(_ held: FilterInput, _ state: DeviceFilterState, steady: Bool)
+        -> (frame: LocalFrame, east: AxisFilter, north: AxisFilter)? {
+        guard let frame = state.frame, var east = state.east, var north = state.north, held.timeMs > state.filterTimeMs else { return nil }
+        if state.stationaryAnchor != nil {
+            east.vv = max(east.vv, Self.unknownVelocityVariance)
+            north.vv = max(north.vv, Self.unknownVelocityVariance)
+        } else if steady, held.speedMps == nil, let track = state.steady, track.frame == frame, track.timeMs == state.filterTimeMs {
+            (east, north) = (track.east, track.north)
+        }
+        return (frame, east, north)
     }
 
     /// The probability that `held` is a jump, given the fixes after it (see `resolve`).
     func jumpProbability(_ held: FilterInput, later: [FilterInput], state: DeviceFilterState) -> Double? {
-        guard let frame = state.frame, var east = state.east, var north = state.north, held.timeMs > state.filterTimeMs else { return nil }
-        if state.stationaryAnchor != nil {
-            // Parked, the held fix would be a departure: the speed since is unknown.
-            east.vv = max(east.vv, Self.unknownVelocityVariance)
-            north.vv = max(north.vv, Self.unknownVelocityVariance)
-        } else if held.speedMps == nil, let steady = state.steady, steady.frame == frame, steady.timeMs == state.filterTimeMs {
-            // Without Doppler the steady track knows the velocity far better.
-            (east, north) = (steady.east, steady.north)
-        }
+        guard let (frame, east, north) = storyStart(held, state, steady: true) else { return nil }
         let fixes = [held] + later
         var heldJumps = -Double.infinity, all = -Double.infinity
         for story in 0..<(1 << fixes.count) {
@@ -274,14 +285,10 @@ extension FilterCore {
     /// out): its distance from there in standard deviations, and its Gaussian
     /// log-likelihood (both axes).
     func bridge(_ held: FilterInput, next: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
-        guard let frame = state.frame, var east = state.east, var north = state.north,
-              held.timeMs > state.filterTimeMs, next.timeMs > held.timeMs else { return nil }
+        guard next.timeMs > held.timeMs, let start = storyStart(held, state, steady: false) else { return nil }
+        let frame = start.frame
+        var (east, north) = (start.east, start.north)
         let q = storyQ(held)
-        if state.stationaryAnchor != nil {
-            // Parked, the held fix would be a departure: the speed since is unknown.
-            east.vv = max(east.vv, Self.unknownVelocityVariance)
-            north.vv = max(north.vv, Self.unknownVelocityVariance)
-        }
         let toHeld = Double(held.timeMs - state.filterTimeMs) / 1000, toNext = Double(next.timeMs - held.timeMs) / 1000
         east.predict(dt: toHeld, q: q)
         north.predict(dt: toHeld, q: q)
