@@ -27,9 +27,7 @@ enum Breakdown {
             drivenLength += arcPrefix.last!
             let core = FilterCore()
             var state = DeviceFilterState()
-            var judged: [Judged] = []
-            for (i, s) in samples.enumerated() { judged += core.submit(FilterInput(s.fix, seq: Int64(i)), state: &state) }
-            judged += core.flush(state: &state)
+            let judged = core.judgeRecording(samples.enumerated().map { FilterInput($1.fix, seq: Int64($0)) }, state: &state)
             if ProcessInfo.processInfo.environment["BREAKDOWN_JUMPS"] != nil {
                 for j in judged where samples[Int(j.fix.seq)].isJump {
                     let k = Int(j.fix.seq), s = samples[k]

@@ -40,8 +40,8 @@ enum Quality {
                 var state = DeviceFilterState()
                 var reasons: [String: Int] = [:]
                 // As the service judges: look-ahead and smoothing lag included.
-                let judged = fixes.enumerated().flatMap { i, f in core.submit(FilterInput(f, seq: Int64(i + 1)), state: &state) }
-                for due in judged + core.flush(state: &state) { reasons[due.verdict.decision.reason, default: 0] += 1 }
+                let judged = core.judgeRecording(fixes.enumerated().map { FilterInput($1, seq: Int64($0 + 1)) }, state: &state)
+                for due in judged { reasons[due.verdict.decision.reason, default: 0] += 1 }
                 let raw = Geodesy.pathLength(fixes.map { ($0.lat, $0.lon) })
                 print(String(format: "%@%@: odometer %.0f m, raw path %.0f m; ", name as NSString, every == 1 ? "" : " every \(every)th fix",
                              state.odometerM, raw) + reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))
@@ -50,12 +50,11 @@ enum Quality {
         let parked = NoiseGenerator(seed: 7).parked(lat: 48.137, lon: 11.575, hours: 8)
         for withSpeed in [true, false] {
             var state = DeviceFilterState()
-            for (i, s) in parked.enumerated() {
+            _ = core.judgeRecording(parked.enumerated().map { i, s in
                 var fix = FilterInput(s.fix, seq: Int64(i + 1))
                 if !withSpeed { fix.speedMps = nil }
-                _ = core.submit(fix, state: &state)
-            }
-            _ = core.flush(state: &state)
+                return fix
+            }, state: &state)
             print(String(format: "parked 8 h%@: odometer %.1f m", withSpeed ? "" : " without speed", state.odometerM))
         }
     }

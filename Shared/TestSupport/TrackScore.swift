@@ -29,9 +29,7 @@ public struct TrackScore: Sendable, CustomStringConvertible {
         var state = DeviceFilterState(), stored: [StoredPoint] = []
         var truthAt: [Int64: (Double, Double)] = [:]
         // The live points as the filter service makes them: with its look-ahead, a sparse fix one fix late.
-        var judged: [Judged] = []
-        for (i, sample) in samples.enumerated() { judged += filter.submit(FilterInput(sample.fix, seq: Int64(i + 1)), state: &state) }
-        judged += filter.flush(state: &state)
+        let judged = filter.judgeRecording(samples.enumerated().map { FilterInput($1.fix, seq: Int64($0 + 1)) }, state: &state)
         for due in judged {
             guard let point = due.verdict.point else { continue }
             let sample = samples[Int(due.fix.seq) - 1]

@@ -127,8 +127,8 @@ import Testing
         #expect(rawBySeq.count == 600)
         var state = DeviceFilterState()
         let core = FilterCore()
-        let uninterrupted = (rawBySeq.keys.sorted().flatMap { core.submit(FilterInput(rawBySeq[$0]!), state: &state) }
-            + core.flush(state: &state)).compactMap(\.verdict.point)
+        let uninterrupted = core.judgeRecording(rawBySeq.keys.sorted().map { FilterInput(rawBySeq[$0]!) }, state: &state)
+            .compactMap(\.verdict.point)
         let expectedSeqs = uninterrupted.map(\.seq)
         try await out.wait(timeout: 30, description: "all points") { all in
             Set(all.compactMap { try? JSONCoding.decoder.decode(PointMessage.self, from: Data($0.payload)).point.seq }).count >= expectedSeqs.count

@@ -106,6 +106,14 @@ extension FilterCore {
         return publish(assessed, state: &state) + releaseLagging(before: .max, state: &state)
     }
 
+    /// A whole recording judged as the service judges it: each fix submitted
+    /// in turn, then what still waits flushed (the device falls silent).
+    public func judgeRecording(_ fixes: [FilterInput], state: inout DeviceFilterState) -> [Judged] {
+        var judged: [Judged] = []
+        for fix in fixes { judged += submit(fix, state: &state) }
+        return judged + flush(state: &state)
+    }
+
     /// Judges the oldest held fix with the fixes after it, or nil while it
     /// may wait for more (never once the device fell `silent`).
     private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, state: inout DeviceFilterState) -> Verdict? {

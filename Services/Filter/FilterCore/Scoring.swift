@@ -56,13 +56,12 @@ public struct FilterScore: Sendable, CustomStringConvertible {
         var reasons: [String: Int] = [:]
         var odometer = 0.0
         // Verdicts may come one fix late (look-ahead): matched to their fix by seq.
-        var verdicts: [(Verdict, Int)] = []
-        for (i, sample) in fixes.enumerated() {
+        let inputs = fixes.enumerated().map { i, sample in
             var input = sample.fix
             input.seq = Int64(i + 1)
-            verdicts += core.submit(input, state: &state).map { ($0.verdict, Int($0.fix.seq) - 1) }
+            return input
         }
-        verdicts += core.flush(state: &state).map { ($0.verdict, Int($0.fix.seq) - 1) }
+        let verdicts = core.judgeRecording(inputs, state: &state).map { ($0.verdict, Int($0.fix.seq) - 1) }
         for (verdict, index) in verdicts {
             let sample = fixes[index]
             reasons[verdict.decision.reason, default: 0] += 1
