@@ -118,13 +118,9 @@ enum Throughput {
     /// verdict is out. Nothing else runs meanwhile, so the service works in
     /// large batches: the steadiest measure of what it costs per message.
     static func filterBacklog(_ broker: TestBroker, count: Int, variant: Variant = .standard, doppler: Bool = true) async throws -> Double {
-        let instance = "backlog-\(UUID().uuidString.prefix(6))"
-        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
-                                        config: ["logLevel": "warning", "healthIntervalSec": 0.5, "instance": instance],
-                                        environment: variant.environment, binaryDirectory: variant.binaries)
-        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events", "tracker/_health/filter"])
-        try filter.start()  // once, to create its persistent session and subscriptions
-        try await sink.wait(description: "filter online") { $0.contains { $0.string.contains(#""status":"online""#) } }
+        // Started once, to create its persistent session and subscriptions.
+        let measured = try await launch("filter", broker, listening: ["tracker/+/events"], variant: variant)
+        let (filter, sink) = (measured.service, measured.sink)
         filter.stop()
         let publisher = try await TestClient.connect(port: broker.port)
         for (topic, payload) in rawPayloads(count, doppler: doppler) { try publisher.publish(MQTTMessage(topic: topic, payload: payload)) }
@@ -134,8 +130,7 @@ enum Throughput {
         try filter.start()
         try await sink.wait(count: count, topicSuffix: "/events", timeout: 300)
         let seconds = (ContinuousClock.now - start).seconds
-        printCPU(filter, messages: count)
-        try await retire(filter, id: instance, broker)
+        try await measured.finish(messages: count, broker)
         await sink.close()
         return Double(count) / seconds
     }
