@@ -15,7 +15,7 @@ extension Ctl {
         let web = try WebAssets.locate()
 
         let client = try await connection.connect(name: "view")
-        let ask = Asker(client: client, connection: connection, device: device, timeout: day.timeout)
+        let ask = try await Asker(client: client, connection: connection, device: device, timeout: day.timeout)
         let track = try await ask("buildTrack", ["sessionID": .string(sessionID)])
         // Without the motion service the day is still drawn, and says it has no fences.
         func optional(_ name: String, _ args: [String: JSONValue]) async -> JSONValue {
@@ -63,12 +63,18 @@ struct Asker {
     let connection: Connection
     let device: DeviceID
     let timeout: Double
+    let responseTopic: String
+
+    /// Subscribes to the reply topic, once for every request.
+    init(client: MQTTClient, connection: Connection, device: DeviceID, timeout: Double) async throws {
+        (self.client, self.connection, self.device, self.timeout) = (client, connection, device, timeout)
+        responseTopic = "\(connection.topics.prefix)/_ctl/\(client.options.clientID)/reply"
+        try await client.subscribe([responseTopic])
+    }
 
     /// A reply's result. A refusal ends trackerctl (exit 1), no reply in time
     /// too (exit 3); for an optional answer both throw `AskFailure` instead.
     func callAsFunction(_ name: String, _ args: [String: JSONValue], optional: Bool = false) async throws -> JSONValue {
-        let responseTopic = "\(connection.topics.prefix)/_ctl/\(client.options.clientID)/reply"
-        try await client.subscribe([responseTopic])
         let request = CommandRequest(id: .string(UUID().uuidString.lowercased()), args: .object(args))
         let reply: MQTTMessage
         do {
