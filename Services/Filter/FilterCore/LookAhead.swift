@@ -358,6 +358,9 @@ extension FilterCore {
     /// restart, a recovery, the way out of a stop) it starts again from the
     /// filter's state.
     func noteSteady(_ fix: FilterInput, x: Double, y: Double, r: Double, priorTimeMs: Int64, state: inout DeviceFilterState) {
+        // Only the stories about fixes without Doppler read it: a device that
+        // always has Doppler never starts one (no work per fix, no saved bytes).
+        guard fix.speedMps == nil || state.steady != nil else { return }
         guard let frame = state.frame, let east = state.east, let north = state.north else { return }
         guard var steady = state.steady, steady.frame == frame, steady.timeMs == priorTimeMs, fix.timeMs > priorTimeMs else {
             state.steady = SteadyTrack(east: east, north: north, timeMs: fix.timeMs, frame: frame)
