@@ -35,7 +35,7 @@ public final class Constellation: @unchecked Sendable {
         self.passwords = passwords
         broker = try TestBroker(persistent: true,
                                 accounts: logins ? .init(passwords, aclFile: Repository.root.appendingPathComponent("config/acl").path) : nil,
-                                messageSizeLimit: logins ? 2_097_152 : nil,
+                                messageSizeLimit: logins ? TestBroker.productMessageSizeLimit : nil,
                                 webDirectory: web ? Repository.root.appendingPathComponent("web").path : nil)
         var services: [String: ServiceHarness] = [:]
         for service in Self.services {

@@ -25,6 +25,10 @@ public final class TestBroker: @unchecked Sendable {
         public init(_ passwords: [String: String], aclFile: String) { self.passwords = passwords; self.aclFile = aclFile }
     }
 
+    /// The product brokers' `message_size_limit` (compose/mosquitto.conf,
+    /// config/mosquitto-logins.conf): above the services' 1 MiB replies.
+    public static let productMessageSizeLimit = 2_097_152
+
     /// With a web directory, the map page's listener (MQTT over WebSockets, serving the directory); otherwise nil.
     public let webPort: Int32?
 

@@ -18,7 +18,7 @@ import Testing
 
     init() throws {
         let acl = Repository.root.appendingPathComponent("config/acl").path
-        broker = try TestBroker(accounts: .init(Self.passwords, aclFile: acl), messageSizeLimit: 2_097_152)
+        broker = try TestBroker(accounts: .init(Self.passwords, aclFile: acl), messageSizeLimit: TestBroker.productMessageSizeLimit)
         gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2],
                                      environment: ["TRACKER_MQTT_USERNAME": "tracker-gateway", "TRACKER_MQTT_PASSWORD": Self.passwords["tracker-gateway"]!])
         try gateway.start()
