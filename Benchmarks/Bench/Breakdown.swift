@@ -12,8 +12,7 @@ import TestSupport
 enum Breakdown {
     static func run(variantName: String, seeds: Int) throws {
         guard let variant = Sweep.variants.first(where: { $0.name == variantName }) else {
-            print("no variant \(variantName); one of: " + Sweep.variants.map(\.name).joined(separator: ", "))
-            return
+            throw TestSupportError("no variant '\(variantName)'; one of: " + Sweep.variants.map(\.name).joined(separator: ", "))
         }
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let indexOfTime = Dictionary(truth.enumerated().map { ($0.element.timeMs, $0.offset) }, uniquingKeysWith: { a, _ in a })

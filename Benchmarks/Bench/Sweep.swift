@@ -35,7 +35,11 @@ enum Sweep {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let environment = ProcessInfo.processInfo.environment
         // SWEEP_OPTIMISM=k: every fix's error k times what its accuracy reports.
-        let optimism = environment["SWEEP_OPTIMISM"].flatMap(Double.init) ?? 1
+        var optimism = 1.0
+        if let text = environment["SWEEP_OPTIMISM"] {
+            guard let k = Double(text), k.isFinite, k > 0 else { throw TestSupportError("SWEEP_OPTIMISM: expected a positive number, got '\(text)'") }
+            optimism = k
+        }
         for var variant in variants {
             variant.optimism = optimism
             var scores: [FilterScore] = []

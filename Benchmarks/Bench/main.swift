@@ -10,99 +10,105 @@ func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double, unit: String =
     print(String(format: "%-26@ %9.0f %@   ratio to broker QoS 1 ceiling: %.2f", name as NSString, rate, unit as NSString, rate / ceiling))
 }
 
-switch arguments.first {
-case "quality":
-    try Quality.run(seeds: [1, 2, 3, 4, 5])
-case "relay" where arguments.count >= 2:
-    try await Relay.serve(port: Int32(arguments[1])!, points: arguments.dropFirst(2).first == "points")
-case "relay-stage" where arguments.count >= 4:
-    try await Relay.serveStage(port: Int32(arguments[1])!, name: arguments[2], input: arguments[3], leaves: Array(arguments.dropFirst(4)))
-case "map-page":
-    try await MapPageBench.run(devices: arguments.dropFirst().first.flatMap(Int.init) ?? 1_000,
-                               seconds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 20)
-case "constellation":
-    try await ConstellationBench.run(count: count)
-case "demo-recording" where arguments.count == 2:
-    try DemoRecording.write(to: arguments[1])
-case "picture" where arguments.count == 2:
-    try TrackBench.picture(to: arguments[1])
-case "track":
-    try TrackBench.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 5)
-case "gateway-batched":
-    let broker = try TestBroker()
-    print(String(format: "gateway, 10-fix batches: %.0f fix/s", try await Throughput.gatewayBatched(broker, count: count, batch: 10)))
-case "motion":
-    try await MotionThroughput.run(count: count)
-case "uploader":
-    try await UploaderBench.run(count: count)
-case "track-service":
-    try await MotionThroughput.run(count: count, service: "track")
-case "sweep":
-    try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
-case "breakdown" where arguments.count >= 2:
-    try Breakdown.run(variantName: arguments[1], seeds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 5)
-case "jump-floor":
-    try JumpFloor.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 40)
-case "trace" where arguments.count == 2:
-    try Trace.run(path: arguments[1])
-case "motion-loop":
-    try MotionLoop.run()
-case "geofence":
-    try GeofenceBench.run(verbose: arguments.contains("-v"))
-case "memory":
-    try await MemoryBench.run(count: count, devices: arguments.dropFirst(2).first.flatMap(Int.init) ?? 10_000)
-case "host":
-    try HostBench.run(count: count)
-case "store":
-    try StoreBench.run(count: count)
-case "filter-lag":
-    // What the smoothing lag costs per fix: the same backlog with and without
-    // Doppler (without, each fix waits in the device's saved state). CPU per
-    // fix is the measure: the last ten seconds of each device are published
-    // only after ten seconds of silence, which the rate includes.
-    let broker = try TestBroker()
-    for doppler in [true, false] {
-        print(doppler ? "with Doppler:" : "without Doppler:")
-        _ = try await Throughput.filterBacklog(broker, count: count, doppler: doppler)
-    }
-case "filter-core":
-    print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
-case "all", "gateway", "filter":
-    let broker = try TestBroker()
-    // The ceiling swings between runs on a shared 2-core machine: take the median of three.
-    var ceilings: [Double] = []
-    for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(broker, count: count)) }
-    let ceiling = ceilings.sorted()[1]
-    print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
-                 ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
-    // A do-nothing relay over the same two hops: the most any service on this path can reach here.
-    ratioLine("relay fixes→raw (no work)", try await Relay.measure(broker, count: count), ceiling)
-    // Another build measured in the same run (TRACKER_BASELINE_BIN=DIR): before/after a change.
-    let baseline = ProcessInfo.processInfo.environment["TRACKER_BASELINE_BIN"].map {
-        Throughput.Variant(binaries: URL(fileURLWithPath: $0))
-    }
-    if arguments.first != "filter" {
-        ratioLine("gateway fixes→raw", try await Throughput.gateway(broker, count: count), ceiling)
-        // The hand-written JSON paths earn their code only if this line is clearly lower.
-        ratioLine("gateway, Foundation JSON", try await Throughput.gateway(broker, count: count, variant: .foundationJSON), ceiling)
-        if let baseline { ratioLine("gateway, baseline build", try await Throughput.gateway(broker, count: count, variant: baseline), ceiling) }
-        // Not the measure (that is one fix per message): what the
-        // gateway does when devices batch, in fixes per second.
-        ratioLine("gateway, 10-fix batches", try await Throughput.gatewayBatched(broker, count: count, batch: 10), ceiling, unit: "fix/s")
-    }
-    if arguments.first != "gateway" {
-        ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling)
-        ratioLine("filter, Foundation JSON", try await Throughput.filter(broker, count: count, variant: .foundationJSON), ceiling)
-        if let baseline { ratioLine("filter, baseline build", try await Throughput.filter(broker, count: count, variant: baseline), ceiling) }
-        ratioLine("filter catching up a backlog", try await Throughput.filterBacklog(broker, count: count), ceiling)
-        if let baseline {
-            ratioLine("filter backlog, baseline build", try await Throughput.filterBacklog(broker, count: count, variant: baseline), ceiling)
-        }
-    }
-    if arguments.first == "all" {
-        print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
+// A failure says what went wrong and exits 1, without a crash report.
+do {
+    switch arguments.first {
+    case "quality":
         try Quality.run(seeds: [1, 2, 3, 4, 5])
+    case "relay" where arguments.count >= 2:
+        try await Relay.serve(port: Int32(arguments[1])!, points: arguments.dropFirst(2).first == "points")
+    case "relay-stage" where arguments.count >= 4:
+        try await Relay.serveStage(port: Int32(arguments[1])!, name: arguments[2], input: arguments[3], leaves: Array(arguments.dropFirst(4)))
+    case "map-page":
+        try await MapPageBench.run(devices: arguments.dropFirst().first.flatMap(Int.init) ?? 1_000,
+                                   seconds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 20)
+    case "constellation":
+        try await ConstellationBench.run(count: count)
+    case "demo-recording" where arguments.count == 2:
+        try DemoRecording.write(to: arguments[1])
+    case "picture" where arguments.count == 2:
+        try TrackBench.picture(to: arguments[1])
+    case "track":
+        try TrackBench.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 5)
+    case "gateway-batched":
+        let broker = try TestBroker()
+        print(String(format: "gateway, 10-fix batches: %.0f fix/s", try await Throughput.gatewayBatched(broker, count: count, batch: 10)))
+    case "motion":
+        try await MotionThroughput.run(count: count)
+    case "uploader":
+        try await UploaderBench.run(count: count)
+    case "track-service":
+        try await MotionThroughput.run(count: count, service: "track")
+    case "sweep":
+        try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
+    case "breakdown" where arguments.count >= 2:
+        try Breakdown.run(variantName: arguments[1], seeds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 5)
+    case "jump-floor":
+        try JumpFloor.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 40)
+    case "trace" where arguments.count == 2:
+        try Trace.run(path: arguments[1])
+    case "motion-loop":
+        try MotionLoop.run()
+    case "geofence":
+        try GeofenceBench.run(verbose: arguments.contains("-v"))
+    case "memory":
+        try await MemoryBench.run(count: count, devices: arguments.dropFirst(2).first.flatMap(Int.init) ?? 10_000)
+    case "host":
+        try HostBench.run(count: count)
+    case "store":
+        try StoreBench.run(count: count)
+    case "filter-lag":
+        // What the smoothing lag costs per fix: the same backlog with and without
+        // Doppler (without, each fix waits in the device's saved state). CPU per
+        // fix is the measure: the last ten seconds of each device are published
+        // only after ten seconds of silence, which the rate includes.
+        let broker = try TestBroker()
+        for doppler in [true, false] {
+            print(doppler ? "with Doppler:" : "without Doppler:")
+            _ = try await Throughput.filterBacklog(broker, count: count, doppler: doppler)
+        }
+    case "filter-core":
+        print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
+    case "all", "gateway", "filter":
+        let broker = try TestBroker()
+        // The ceiling swings between runs on a shared 2-core machine: take the median of three.
+        var ceilings: [Double] = []
+        for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(broker, count: count)) }
+        let ceiling = ceilings.sorted()[1]
+        print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
+                     ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
+        // A do-nothing relay over the same two hops: the most any service on this path can reach here.
+        ratioLine("relay fixes→raw (no work)", try await Relay.measure(broker, count: count), ceiling)
+        // Another build measured in the same run (TRACKER_BASELINE_BIN=DIR): before/after a change.
+        let baseline = ProcessInfo.processInfo.environment["TRACKER_BASELINE_BIN"].map {
+            Throughput.Variant(binaries: URL(fileURLWithPath: $0))
+        }
+        if arguments.first != "filter" {
+            ratioLine("gateway fixes→raw", try await Throughput.gateway(broker, count: count), ceiling)
+            // The hand-written JSON paths earn their code only if this line is clearly lower.
+            ratioLine("gateway, Foundation JSON", try await Throughput.gateway(broker, count: count, variant: .foundationJSON), ceiling)
+            if let baseline { ratioLine("gateway, baseline build", try await Throughput.gateway(broker, count: count, variant: baseline), ceiling) }
+            // Not the measure (that is one fix per message): what the
+            // gateway does when devices batch, in fixes per second.
+            ratioLine("gateway, 10-fix batches", try await Throughput.gatewayBatched(broker, count: count, batch: 10), ceiling, unit: "fix/s")
+        }
+        if arguments.first != "gateway" {
+            ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling)
+            ratioLine("filter, Foundation JSON", try await Throughput.filter(broker, count: count, variant: .foundationJSON), ceiling)
+            if let baseline { ratioLine("filter, baseline build", try await Throughput.filter(broker, count: count, variant: baseline), ceiling) }
+            ratioLine("filter catching up a backlog", try await Throughput.filterBacklog(broker, count: count), ceiling)
+            if let baseline {
+                ratioLine("filter backlog, baseline build", try await Throughput.filterBacklog(broker, count: count, variant: baseline), ceiling)
+            }
+        }
+        if arguments.first == "all" {
+            print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
+            try Quality.run(seeds: [1, 2, 3, 4, 5])
+        }
+    default:
+        print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE")
     }
-default:
-    print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE")
+} catch {
+    FileHandle.standardError.write(Data("tracker-bench: \(error)\n".utf8))
+    exit(1)
 }
