@@ -194,6 +194,25 @@ import Testing
         #expect(all.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test(arguments: [90.0, 120.0])
+    func aSparseJumpAtALightIsNotDriving(jump: Double) {
+        // North at 14 m/s without Doppler, a fix every 15 s wobbling by 3 m; the
+        // car brakes to a stop 60 m past the seventh fix and waits there, too
+        // briefly for the filter to call it parked. The tenth fix lands `jump` m
+        // east. The steady track still drifts on at the speed before the
+        // braking, so the fixes back at the light looked like a jump too, and
+        // the held fix, out and back, like driving; standing still explains both.
+        let fixes: [FilterInput] = (0..<14).map { (i: Int) -> FilterInput in
+            let wobble = Double([1, -1, 0][i % 3]) * 3
+            let y = i <= 6 ? Double(i) * 15 * 14 : 6 * 15 * 14 + 60
+            return bare(Int64(i + 1), t: Double(i) * 15, x: (i == 9 ? jump : 0) + wobble, y: y + wobble)
+        }
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...14).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.first { $0.fix.seq == 10 }?.verdict.decision.reason == "isolated_jump")
+        #expect(all.filter { $0.fix.seq != 10 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
     /// Parked at the origin, a fix every 15 s without Doppler, with a little drift.
     func parked(from seq: Int64, count: Int, startT: Double) -> [FilterInput] {
         (0..<count).map { (i: Int) -> FilterInput in
