@@ -84,8 +84,9 @@ enum JumpFloor {
                 let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: (va.0 * dt, va.1 * dt), tb: (vb.0 * dt, vb.1 * dt))
                 hermite += curve <= 1.6 * chord ? max(chord, curve) : chord
             }
-            // Without velocities, from the positions alone: each point's tangent from its neighbours (Catmull–Rom).
-            var fromPositions = 0.0, drivenInside = 0.0
+            // Without velocities, from the positions alone: each point's tangent from its neighbours (Catmull–Rom),
+            // and the same direction as fast as the way either side (the odometer's `alongTheWay`).
+            var fromPositions = 0.0, alongTheWay = 0.0, drivenInside = 0.0
             for i in stride(from: every, to: places.count - 2 * every, by: every) {
                 let (p0, a, b, p3) = (places[i - every], places[i], places[i + every], places[i + 2 * every])
                 let chord = hypot(b.x - a.x, b.y - a.y)
@@ -93,9 +94,17 @@ enum JumpFloor {
                 let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: ((b.x - p0.x) / 2, (b.y - p0.y) / 2),
                                                    tb: ((p3.x - a.x) / 2, (p3.y - a.y) / 2))
                 fromPositions += curve <= 1.6 * chord ? max(chord, curve) : chord
+                func asFastAsTheWay(_ before: (x: Double, y: Double), _ here: (x: Double, y: Double), _ after: (x: Double, y: Double)) -> (Double, Double) {
+                    let (dx, dy) = ((after.x - before.x) / 2, (after.y - before.y) / 2), across = hypot(dx, dy)
+                    let way = (hypot(here.x - before.x, here.y - before.y) + hypot(after.x - here.x, after.y - here.y)) / 2
+                    return across < 1e-9 ? (0, 0) : (dx / across * way, dy / across * way)
+                }
+                let bent = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: asFastAsTheWay(p0, a, b), tb: asFastAsTheWay(a, b, p3))
+                alongTheWay += bent <= 1.6 * chord ? max(chord, bent) : chord
             }
-            print(String(format: "every %2d s: Hermite %+.1f %%, from the positions alone %+.1f %%, straight lines %+.1f %%", every,
-                         (hermite / driven - 1) * 100, (fromPositions / drivenInside - 1) * 100, (chords / driven - 1) * 100))
+            print(String(format: "every %2d s: Hermite %+.1f %%, from the positions alone %+.1f %% (as fast as the way %+.1f %%), straight lines %+.1f %%", every,
+                         (hermite / driven - 1) * 100, (fromPositions / drivenInside - 1) * 100, (alongTheWay / drivenInside - 1) * 100,
+                         (chords / driven - 1) * 100))
         }
     }
 }

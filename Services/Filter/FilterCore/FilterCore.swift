@@ -415,8 +415,10 @@ public struct FilterCore: Sendable {
     }
 
     /// The point at `placed`, or `min_spacing` when it is closer than
-    /// `minimum` (or the profile's) to the last published point.
-    func place(_ placed: Placement, fix: FilterInput, minimum: Double, state: inout DeviceFilterState) -> Verdict {
+    /// `minimum` (or the profile's) to the last published point. `ahead`:
+    /// where the next fix puts the device, when known (see `published`).
+    func place(_ placed: Placement, fix: FilterInput, minimum: Double, ahead: (Placement, timeMs: Int64)? = nil,
+               state: inout DeviceFilterState) -> Verdict {
         let minimum = max(profile.minSpacingM, minimum)
         if let last = state.lastAccepted, let frame = state.frame {
             let (x, y) = frame.toLocal(lat: placed.latitude, lon: placed.longitude)
@@ -425,7 +427,7 @@ public struct FilterCore: Sendable {
                 return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
             }
         }
-        return published(accepted(fix, at: placed), state: &state)
+        return published(accepted(fix, at: placed), ahead: ahead, state: &state)
     }
 
     /// The fix accepted at `placed`, its point not yet published.
@@ -439,8 +441,9 @@ public struct FilterCore: Sendable {
     }
 
     /// Makes a decided point public: the odometer counts the way from the
-    /// last published point; a "still here" point repeats it.
-    func published(_ verdict: Verdict, state: inout DeviceFilterState) -> Verdict {
+    /// last published point (its tangent here bent to the next fix's place
+    /// when `ahead` knows it); a "still here" point repeats it.
+    func published(_ verdict: Verdict, ahead: (Placement, timeMs: Int64)? = nil, state: inout DeviceFilterState) -> Verdict {
         guard var point = verdict.point, let frame = state.frame else { return verdict }
         var verdict = verdict
         if verdict.standing, let last = state.lastAccepted {
@@ -455,7 +458,13 @@ public struct FilterCore: Sendable {
             } else if point.speedMps != nil {
                 (here.ve, here.vn) = (0, 0)
             }
-            if let last = state.lastAccepted { state.odometerM += Odometer.distance(from: last, to: here) }
+            if let last = state.lastAccepted {
+                if let (next, nextMs) = ahead {
+                    let (nx, ny) = frame.toLocal(lat: next.latitude, lon: next.longitude)
+                    here = Odometer.alongTheWay(here, after: last, before: (nx, ny, nextMs))
+                }
+                state.odometerM += Odometer.distance(from: last, to: here)
+            }
             state.lastAccepted = here
         }
         point.odometerM = state.odometerM

