@@ -31,7 +31,9 @@ enum Trace {
                              e?.latitude ?? .nan, e?.longitude ?? .nan, e?.accuracyM ?? .nan, e?.speedMps ?? .nan, state.odometerM) + truth + "  trend " + state.trend.summary)
             }
         }
-        for (i, f) in fixes.enumerated() { show(core.submit(FilterInput(f, seq: Int64(i + 1)), state: &state)) }
+        for (i, f) in fixes.enumerated() {
+            show(core.submit(FilterInput(f, seq: Int64(i + 1)), arrivingAfter: i > 0 ? fixes[i - 1].timeMs : nil, state: &state))
+        }
         show(core.flush(state: &state))
     }
 }

@@ -66,6 +66,24 @@ import Testing
         #expect(points.map(\.odometerM) == points.map(\.odometerM).sorted())
     }
 
+    /// A device reporting every 15 s is silent for the lag (10 s) after
+    /// every fix: the service published what waited then, so its points were
+    /// never smoothed with the next fix (nor a stop's way out taken back from
+    /// the lag). Now its lag waits for the next fix, half an interval late at
+    /// most; a dense device's waits the lag, and one reporting less often than
+    /// the look-ahead gains nothing by waiting.
+    @Test(arguments: [(15.0, 22_500 as Int64), (1.0, 10_000), (60.0, 10_000)])
+    func theLagWaitsForASparseDevicesNextFix(every: Double, wait: Int64) {
+        let core = FilterCore()
+        var state = DeviceFilterState()
+        var rng = SeededRandom(seed: 11)
+        // Parked: nothing is held for the look-ahead, the drift waits in the lag.
+        for i in 0..<40 { _ = core.submit(fix(i + 1, t: Double(i) * every, x: rng.gaussian() * 3, y: rng.gaussian() * 3), state: &state) }
+        #expect(state.pending == nil && state.lagging?.isEmpty == false)
+        let arrived = t0 + Int64(39 * every * 1000)
+        #expect(core.dueMs(silentSince: arrived, state: state) == arrived + wait)
+    }
+
     /// A fix with Doppler is published at once, after everything still waiting.
     @Test func aFixWithDopplerReleasesTheWaitingOnesFirst() {
         var fixes = (0..<20).map { i in fix(i + 1, t: Double(i), x: 0, y: Double(i) * 10) }

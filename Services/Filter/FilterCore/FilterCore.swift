@@ -11,6 +11,10 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var filterTimeMs: Int64 = 0
     /// Newest fix time judged (ms), for ordering.
     public var newestMs: Int64?
+    /// How long after the fix before it the newest came (ms): how often the
+    /// device reports, for how long the smoothing lag waits on silence.
+    /// Optional so that state saved before it existed still decodes.
+    public var reportIntervalMs: Int64?
     /// When the newest fix reached the gateway (ms), if known: a fix stamped
     /// well after it arrived came from a clock running ahead.
     public var newestReceivedMs: Int64?
@@ -223,6 +227,7 @@ public struct FilterCore: Sendable {
                 return reject(fix, reason, state: state, measured: behind / 1000, limit: Double(profile.staleAfterMs) / 1000)
             }
         }
+        state.reportIntervalMs = state.newestMs.map { fix.timeMs - $0 }
         state.newestMs = fix.timeMs
         state.newestReceivedMs = fix.receivedMs
         noteDoppler(fix, state: &state)

@@ -106,12 +106,24 @@ extension FilterCore {
         return publish(assessed, state: &state) + releaseLagging(before: .max, state: &state)
     }
 
-    /// A whole recording judged as the service judges it: each fix submitted
-    /// in turn, then what still waits flushed (the device falls silent).
+    /// A whole recording judged as the service judges it: each fix
+    /// submitted as if it arrived at its own time (see the next), then what
+    /// still waits flushed (the device falls silent).
     public func judgeRecording(_ fixes: [FilterInput], state: inout DeviceFilterState) -> [Judged] {
         var judged: [Judged] = []
-        for fix in fixes { judged += submit(fix, state: &state) }
+        for (i, fix) in fixes.enumerated() { judged += submit(fix, arrivingAfter: i > 0 ? fixes[i - 1].timeMs : nil, state: &state) }
         return judged + flush(state: &state)
+    }
+
+    /// `fix` arriving at its own time, the one before it at `previousMs`:
+    /// what the service's timer would have published in the silence between
+    /// them (see `dueMs`), then what `submit` gives.
+    public func submit(_ fix: FilterInput, arrivingAfter previousMs: Int64?, state: inout DeviceFilterState) -> [Judged] {
+        var judged: [Judged] = []
+        if let previousMs, let due = dueMs(silentSince: previousMs, state: state), fix.timeMs >= due {
+            judged += flush(state: &state)
+        }
+        return judged + submit(fix, state: &state)
     }
 
     /// Judges the oldest held fix with the fixes after it, or nil while it
@@ -141,11 +153,24 @@ extension FilterCore {
 
     /// When what waits is published if no fix comes (wall clock, ms), given
     /// when the newest fix arrived; nil when nothing waits. A held fix
-    /// waits the look-ahead, the smoothing lag its own length.
+    /// waits the look-ahead, the smoothing lag its own length, or, from a
+    /// sparse device, its next fix (see `lagWaitMs`).
     public func dueMs(silentSince arrivedMs: Int64, state: DeviceFilterState) -> Int64? {
         if state.pending != nil { return arrivedMs + profile.lookAheadMs }
-        if !(state.lagging ?? []).isEmpty { return arrivedMs + profile.smoothingLagMs }
+        if let lagging = state.lagging, !lagging.isEmpty { return arrivedMs + lagWaitMs(state) }
         return nil
+    }
+
+    /// How long the smoothing lag waits on silence. A device reporting
+    /// every 10–15 s is silent for the lag after every fix: published then,
+    /// its point was never smoothed with the next fix, nor its odometer bent
+    /// to it. So a sparse device's lag waits for the next fix, half an
+    /// interval late at most, within the look-ahead (a device reporting less
+    /// often would not send it in time).
+    func lagWaitMs(_ state: DeviceFilterState) -> Int64 {
+        guard profile.lookAhead, let interval = state.reportIntervalMs,
+              interval >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return profile.smoothingLagMs }
+        return max(profile.smoothingLagMs, min(profile.lookAheadMs, interval * 3 / 2))
     }
 
     /// A sparse fix the filter would accept, whose next fix is due within the
