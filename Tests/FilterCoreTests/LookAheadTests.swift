@@ -213,6 +213,25 @@ import Testing
         #expect(all.filter { $0.fix.seq != 10 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test(arguments: [5.0, 10.0])
+    func theFirstFixAfterAGapWaitsForTheNextToo(every: Double) {
+        // North at 12 m/s without Doppler, a fix every `every` seconds; a
+        // two-minute gap (a tunnel), and the first fix out lands 150 m east,
+        // the next ones on the road. Longer after the fix before it than the
+        // look-ahead, it was judged at once against a prediction two minutes
+        // wide, and taken; the device reports every few seconds, so it waits
+        // for the next one now.
+        var fixes: [FilterInput] = (0..<20).map { bare(Int64($0 + 1), t: Double($0) * every, x: Double([2, -2, 0][$0 % 3]), y: Double($0) * every * 12) }
+        for i in 0..<10 {
+            let t = 19 * every + 120 + Double(i) * every
+            fixes.append(bare(Int64(21 + i), t: t, x: i == 0 ? 150 : Double([2, -2, 0][i % 3]), y: t * 12))
+        }
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...30).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.decision.reason == "isolated_jump")
+        #expect(all.filter { $0.fix.seq != 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
     /// Parked at the origin, a fix every 15 s without Doppler, with a little drift.
     func parked(from seq: Int64, count: Int, startT: Double) -> [FilterInput] {
         (0..<count).map { (i: Int) -> FilterInput in
