@@ -146,9 +146,11 @@ import Testing
     /// The survey drive's own positions every 10 and 15 s, without Doppler or
     /// noise. Straight lines between them are 3.5 and 5.4 % short of the way
     /// driven (parking-lot loops no fix sees, bends within an interval); the
-    /// odometer was 3.2 and 6.9 % short, its curves bent less than the way
-    /// (see `Odometer.alongTheWay`). Never longer than the way.
-    @Test(arguments: [(10, 0.029), (15, 0.065)])
+    /// odometer was 3.2 and 6.9 % short: its curves bent less than the way
+    /// (see `Odometer.alongTheWay`), and a car circling the car park, fixes
+    /// 60 m apart, was taken for parked (see `farFromThePrevious`). Now 3.0
+    /// and 3.7 %. Never longer than the way.
+    @Test(arguments: [(10, 0.032), (15, 0.04)])
     func theOdometerFollowsTheWayBetweenSparseFixesWithoutDoppler(every: Int, short: Double) throws {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
@@ -157,7 +159,7 @@ import Testing
         }
         let (_, _, state) = run(fixes)
         let error = state.odometerM / driven - 1
-        #expect(-short < error && error <= 0, "odometer \(state.odometerM) for \(driven) m driven")
+        #expect(-short < error && error <= 0, "odometer \(state.odometerM) for \(driven) m driven (\(error))")
     }
 
     @Test func aPointsTangentGoesAsFastAsTheWayEitherSide() {
