@@ -232,6 +232,23 @@ import Testing
         #expect(all.filter { $0.fix.seq != 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test func theLastFixBeforeSilenceIsJudgedAgainstTheWayBefore() {
+        // North at 12 m/s without Doppler, a fix every 15 s; the last before the
+        // device falls silent lands 300 m east. No fix after it to tell, it was
+        // judged against the filter's own prediction, as wide as a turn, and
+        // taken; the steady track says the road went straight on.
+        var fixes: [FilterInput] = (0..<12).map { bare(Int64($0 + 1), t: Double($0) * 15, x: Double([3, -3, 0][$0 % 3]), y: Double($0) * 15 * 12) }
+        fixes.append(bare(13, t: 12 * 15, x: 300, y: 12 * 15 * 12))
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...13).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.last?.verdict.decision.reason == "isolated_jump")
+        #expect(all.dropLast().allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+        // A turn before silence is taken: the last fix 90 m east of a road that bends there.
+        var turning = Array(fixes.dropLast())
+        turning.append(bare(13, t: 12 * 15, x: 90, y: 11 * 15 * 12 + 90))
+        #expect(run(turning).all.last?.verdict.point != nil)
+    }
+
     /// Parked at the origin, a fix every 15 s without Doppler, with a little drift.
     func parked(from seq: Int64, count: Int, startT: Double) -> [FilterInput] {
         (0..<count).map { (i: Int) -> FilterInput in

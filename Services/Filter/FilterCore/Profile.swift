@@ -78,7 +78,8 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     case minSpacing = "min_spacing"
     /// A sparse fix far from where the device must have been between the
     /// fixes before and after it: a jump, not a turn (decided one or two
-    /// fixes late, see `lookAheadMs` and `lookAheadFixes`).
+    /// fixes late, see `lookAheadMs` and `lookAheadFixes`); or the last held
+    /// fix before silence, farther from the way before it than a turn or a stop explains.
     case isolatedJump = "isolated_jump"
 
     /// Outlier reasons: the fix is believed wrong, not merely redundant.
