@@ -104,7 +104,8 @@ extension FilterCore {
     /// rest is a step of its own, and creeping in traffic, where min_spacing
     /// holds points back for many seconds, the steps were the wander's (a
     /// hundred seeds of phone noise at 1 Hz: odometer +3.1 → +1.2 %, line
-    /// +1.8 → −0.2 %; white noise unchanged, having none).
+    /// +1.8 → −0.2 %; the default noise, whose errors wander less, −0.7 →
+    /// −1.2 %; white noise unchanged, having none).
     static func denseSpacingSigmas(_ noise: NoiseCorrelation?, sinceMs: Int64?) -> Double {
         guard let noise else { return 1 }
         let shared = sinceMs.map { pow(noise.correlation, Double(max(0, $0)) / 1000) } ?? 1
