@@ -73,34 +73,43 @@ enum JumpFloor {
         // 1 m/s at either end, as the odometer does when speed says little).
         print("the truth's own Hermite way against the way driven (the odometer's floor)")
         for every in [5, 10, 15] {
+            let dt = Double(every)
             var hermite = 0.0, chords = 0.0, driven = 0.0
             for i in stride(from: 0, to: places.count - every, by: every) {
                 let (a, b) = (places[i], places[i + every])
                 let chord = hypot(b.x - a.x, b.y - a.y)
                 for k in i..<(i + every) { driven += hypot(places[k + 1].x - places[k].x, places[k + 1].y - places[k].y) }
                 chords += chord
-                let (va, vb) = (velocities[i], velocities[i + every]), dt = Double(every)
+                let (va, vb) = (velocities[i], velocities[i + every])
                 guard hypot(va.0, va.1) >= 1, hypot(vb.0, vb.1) >= 1 else { hermite += chord; continue }
                 let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: (va.0 * dt, va.1 * dt), tb: (vb.0 * dt, vb.1 * dt))
-                hermite += curve <= 1.6 * chord ? max(chord, curve) : chord
+                hermite += Odometer.counted(curve, chord: chord)
             }
             // Without velocities, from the positions alone: each point's tangent from its neighbours (Catmull–Rom),
             // and the same direction as fast as the way either side (the odometer's `alongTheWay`).
             var fromPositions = 0.0, alongTheWay = 0.0, drivenInside = 0.0
+            // The truth at `i` as the odometer sees a point without Doppler:
+            // its velocity the chord across both neighbours.
+            func point(_ i: Int, velocity: Bool = true) -> DeviceFilterState.AcceptedPoint {
+                var point = DeviceFilterState.AcceptedPoint(x: places[i].x, y: places[i].y, timeMs: Int64(i) * 1000, accuracyM: 0)
+                if velocity {
+                    let (before, after) = (places[i - every], places[i + every])
+                    (point.ve, point.vn) = ((after.x - before.x) / (2 * dt), (after.y - before.y) / (2 * dt))
+                }
+                return point
+            }
+            func tangent(_ point: DeviceFilterState.AcceptedPoint) -> (Double, Double) { (point.ve! * dt, point.vn! * dt) }
+            func bent(_ i: Int) -> (Double, Double) {
+                let next = point(i + every, velocity: false)
+                return tangent(Odometer.alongTheWay(point(i), after: point(i - every, velocity: false), before: (next.x, next.y, next.timeMs)))
+            }
             for i in stride(from: every, to: places.count - 2 * every, by: every) {
-                let (p0, a, b, p3) = (places[i - every], places[i], places[i + every], places[i + 2 * every])
+                let (a, b) = (places[i], places[i + every])
                 let chord = hypot(b.x - a.x, b.y - a.y)
                 for k in i..<(i + every) { drivenInside += hypot(places[k + 1].x - places[k].x, places[k + 1].y - places[k].y) }
-                let curve = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: ((b.x - p0.x) / 2, (b.y - p0.y) / 2),
-                                                   tb: ((p3.x - a.x) / 2, (p3.y - a.y) / 2))
-                fromPositions += curve <= 1.6 * chord ? max(chord, curve) : chord
-                func asFastAsTheWay(_ before: (x: Double, y: Double), _ here: (x: Double, y: Double), _ after: (x: Double, y: Double)) -> (Double, Double) {
-                    let (dx, dy) = ((after.x - before.x) / 2, (after.y - before.y) / 2), across = hypot(dx, dy)
-                    let way = (hypot(here.x - before.x, here.y - before.y) + hypot(after.x - here.x, after.y - here.y)) / 2
-                    return across < 1e-9 ? (0, 0) : (dx / across * way, dy / across * way)
-                }
-                let bent = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: asFastAsTheWay(p0, a, b), tb: asFastAsTheWay(a, b, p3))
-                alongTheWay += bent <= 1.6 * chord ? max(chord, bent) : chord
+                let catmullRom = Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: tangent(point(i)), tb: tangent(point(i + every)))
+                fromPositions += Odometer.counted(catmullRom, chord: chord)
+                alongTheWay += Odometer.counted(Odometer.hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: bent(i), tb: bent(i + every)), chord: chord)
             }
             print(String(format: "every %2d s: Hermite %+.1f %%, from the positions alone %+.1f %% (as fast as the way %+.1f %%), straight lines %+.1f %%", every,
                          (hermite / driven - 1) * 100, (fromPositions / drivenInside - 1) * 100, (alongTheWay / drivenInside - 1) * 100,

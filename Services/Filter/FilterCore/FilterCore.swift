@@ -63,6 +63,10 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
         public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
         /// The velocity there (east, north; m/s), for the odometer's way to the next point.
         public var ve: Double?, vn: Double?
+
+        public init(x: Double, y: Double, timeMs: Int64, accuracyM: Double, ve: Double? = nil, vn: Double? = nil) {
+            (self.x, self.y, self.timeMs, self.accuracyM, self.ve, self.vn) = (x, y, timeMs, accuracyM, ve, vn)
+        }
     }
     public struct Anchor: Codable, Sendable, Equatable {
         public var x: Double, y: Double

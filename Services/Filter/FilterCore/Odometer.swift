@@ -28,8 +28,13 @@ public enum Odometer {
         // mostly noise; a U-turn) the chord is the honest count.
         let travelled = (hypot(ae, an) + hypot(be, bn)) / 2 * dt
         guard travelled >= chord / agreement, travelled <= chord * agreement else { return chord }
-        let curve = hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: (ae * dt, an * dt), tb: (be * dt, bn * dt))
-        return curve <= chord * longestCurve ? max(chord, curve) : chord
+        return counted(hermiteLength(a: (a.x, a.y), b: (b.x, b.y), ta: (ae * dt, an * dt), tb: (be * dt, bn * dt)), chord: chord)
+    }
+
+    /// What a curve between two points counts: at least the chord, and the
+    /// chord when the curve is longer than `longestCurve` of it.
+    public static func counted(_ curve: Double, chord: Double) -> Double {
+        curve <= chord * longestCurve ? max(chord, curve) : chord
     }
 
     /// `here` with its velocity as fast as the way either side of it goes:
@@ -40,7 +45,7 @@ public enum Odometer {
     /// cuts the corner: the survey drive's own positions every 15 s come to
     /// −4.4 % with such tangents, −3.2 % with these (and −3.1 % with its
     /// true velocities). Only the direction is the filter's.
-    static func alongTheWay(_ here: DeviceFilterState.AcceptedPoint, after last: DeviceFilterState.AcceptedPoint,
+    public static func alongTheWay(_ here: DeviceFilterState.AcceptedPoint, after last: DeviceFilterState.AcceptedPoint,
                             before next: (x: Double, y: Double, timeMs: Int64)) -> DeviceFilterState.AcceptedPoint {
         guard let ve = here.ve, let vn = here.vn, here.timeMs > last.timeMs, next.timeMs > here.timeMs else { return here }
         let speed = hypot(ve, vn)
