@@ -62,7 +62,7 @@ public struct NoiseGenerator: Sendable {
         var jumpOffset = (0.0, 0.0)
         var samples: [NoisySample] = []
         for point in truth {
-            // Accuracy: a bounded random walk in log space, 5…65 m.
+            // Accuracy: a bounded random walk in log space, within `accuracyRange` (5–65 m unless said).
             logAccuracy += rng.gaussian() * 0.15
             logAccuracy = min(log(accuracyRange.upperBound), max(log(accuracyRange.lowerBound), logAccuracy))
             let accuracy = exp(logAccuracy)
@@ -143,13 +143,13 @@ public struct NoiseVariant: Sendable {
 
     public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true,
                 jumpBurst: ClosedRange<Int> = 1...3, accuracyRange: ClosedRange<Double> = 5.0...65.0) {
-        self.accuracyRange = accuracyRange
         self.name = name
         self.correlation = correlation
         self.jumpProbability = jumpProbability
         self.every = every
         self.withSpeed = withSpeed
         self.jumpBurst = jumpBurst
+        self.accuracyRange = accuracyRange
     }
 
     /// The noisy fixes for `seed`, and the yardstick: the truth sampled the same way.
