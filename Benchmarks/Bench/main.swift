@@ -4,7 +4,21 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let count = arguments.dropFirst().first.flatMap(Int.init) ?? 20_000
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE"
+
+/// The positive whole number at `arguments[index]`, or `fallback` when
+/// there is none. Anything else is refused by name: a word was read as the
+/// default, and 0 or a negative count crashed on an empty range.
+func positiveArgument(_ index: Int, default fallback: Int) throws -> Int {
+    guard index < arguments.count else { return fallback }
+    guard let value = Int(arguments[index]), value > 0 else {
+        throw TestSupportError("argument \(index + 1): expected a positive whole number, got '\(arguments[index])'")
+    }
+    return value
+}
+
+/// How many messages a throughput bench sends (the first argument after the bench's name).
+var count: Int { get throws { try positiveArgument(1, default: 20_000) } }
 
 func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double, unit: String = "msg/s") {
     print(String(format: "%-26@ %9.0f %@   ratio to broker QoS 1 ceiling: %.2f", name as NSString, rate, unit as NSString, rate / ceiling))
@@ -20,8 +34,8 @@ do {
     case "relay-stage" where arguments.count >= 4:
         try await Relay.serveStage(port: Int32(arguments[1])!, name: arguments[2], input: arguments[3], leaves: Array(arguments.dropFirst(4)))
     case "map-page":
-        try await MapPageBench.run(devices: arguments.dropFirst().first.flatMap(Int.init) ?? 1_000,
-                                   seconds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 20)
+        try await MapPageBench.run(devices: try positiveArgument(1, default: 1_000),
+                                   seconds: try positiveArgument(2, default: 20))
     case "constellation":
         try await ConstellationBench.run(count: count)
     case "demo-recording" where arguments.count == 2:
@@ -29,7 +43,7 @@ do {
     case "picture" where arguments.count == 2:
         try TrackBench.picture(to: arguments[1])
     case "track":
-        try TrackBench.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 5)
+        try TrackBench.run(seeds: try positiveArgument(1, default: 5))
     case "gateway-batched":
         let broker = try TestBroker()
         print(String(format: "gateway, 10-fix batches: %.0f fix/s", try await Throughput.gatewayBatched(broker, count: count, batch: 10)))
@@ -40,11 +54,11 @@ do {
     case "track-service":
         try await MotionThroughput.run(count: count, service: "track")
     case "sweep":
-        try Sweep.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 10)
+        try Sweep.run(seeds: try positiveArgument(1, default: 10))
     case "breakdown" where arguments.count >= 2:
-        try Breakdown.run(variantName: arguments[1], seeds: arguments.dropFirst(2).first.flatMap(Int.init) ?? 5)
+        try Breakdown.run(variantName: arguments[1], seeds: try positiveArgument(2, default: 5))
     case "jump-floor":
-        try JumpFloor.run(seeds: arguments.dropFirst().first.flatMap(Int.init) ?? 40)
+        try JumpFloor.run(seeds: try positiveArgument(1, default: 40))
     case "trace" where arguments.count == 2:
         try Trace.run(path: arguments[1])
     case "motion-loop":
@@ -52,7 +66,7 @@ do {
     case "geofence":
         try GeofenceBench.run(verbose: arguments.contains("-v"))
     case "memory":
-        try await MemoryBench.run(count: count, devices: arguments.dropFirst(2).first.flatMap(Int.init) ?? 10_000)
+        try await MemoryBench.run(count: count, devices: try positiveArgument(2, default: 10_000))
     case "host":
         try HostBench.run(count: count)
     case "store":
@@ -105,8 +119,10 @@ do {
             print(String(format: "FilterCore: %.0f fixes/s on one core", try Throughput.filterCore(iterations: 5_000_000)))
             try Quality.run(seeds: [1, 2, 3, 4, 5])
         }
+    case nil:
+        print(usage)
     default:
-        print("usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE")
+        throw TestSupportError("cannot read '\(arguments.joined(separator: " "))'; \(usage)")
     }
 } catch {
     FileHandle.standardError.write(Data("tracker-bench: \(error)\n".utf8))
