@@ -11,9 +11,11 @@ public struct DeviceFilterState: Codable, Sendable, Equatable {
     public var filterTimeMs: Int64 = 0
     /// Newest fix time judged (ms), for ordering.
     public var newestMs: Int64?
-    /// How long after the fix before it the newest came (ms): how often the
-    /// device reports, for how long the smoothing lag waits on silence.
-    /// Optional so that state saved before it existed still decodes.
+    /// How long after the fix before it the newest assessed fix came (ms;
+    /// a held fix then skipped as a jump leaves it as it was): how often the
+    /// device reports, for how long the smoothing lag waits on silence and
+    /// whether a fix after a gap waits for the next. Optional so that state
+    /// saved before it existed still decodes.
     public var reportIntervalMs: Int64?
     /// When the newest fix reached the gateway (ms), if known: a fix stamped
     /// well after it arrived came from a clock running ahead.
