@@ -124,6 +124,25 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         let garbage = DeviceFilterState.restored(from: Data("not json".utf8), using: JSONCoding.decoder)
         #expect(garbage.restarted && garbage.state == DeviceFilterState())
     }
+
+    /// State saved before the optional fields existed (the report interval,
+    /// the steady track, the noise correlation, the held and lagging fixes)
+    /// is read as it is, not restarted: those fields start afresh.
+    @Test func stateWithoutTheOptionalFieldsIsReadAsItIs() throws {
+        let fixes = inputs(try Fixtures.fixes("munich-drive.jsonl")).map { fix -> FilterInput in
+            var bare = fix
+            bare.speedMps = nil
+            return bare
+        }
+        var state = DeviceFilterState()
+        for fix in fixes[0..<300] { _ = FilterCore().submit(fix, state: &state) }
+        #expect(state.reportIntervalMs != nil && state.steady != nil && state.lagging != nil)
+        var object = try #require(JSONSerialization.jsonObject(with: JSONCoding.encode(state)) as? [String: Any])
+        for key in ["reportIntervalMs", "steady", "noise", "pending", "heldBehind", "lagging", "standingMs"] { object[key] = nil }
+        let old = DeviceFilterState.restored(from: try JSONSerialization.data(withJSONObject: object), using: JSONCoding.decoder)
+        #expect(!old.restarted && old.state.reportIntervalMs == nil && old.state.steady == nil && old.state.lagging == nil)
+        #expect(old.state.odometerM == state.odometerM && old.state.newestMs == state.newestMs)
+    }
 }
 
 @Suite struct NoisyTruthTests {
