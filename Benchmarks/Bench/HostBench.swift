@@ -54,8 +54,8 @@ enum HostBench {
                         try work.append(to: decisions, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, body: Array(JSONCoding.encode(j.decision)))
                         try work.append(to: judged, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, body: Array(JSONCoding.encode(j.judged)))
                         if let point = j.point {
-                            try work.send(seq: fix.seq, sessionID: fix.sessionID, timeMs: point.timeMs,
-                                          body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch))))
+                            try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch),
+                                          sessionID: fix.sessionID, timeMs: point.timeMs)
                             work.emit(.location(point), timeMs: point.timeMs)
                         } else {
                             work.emit(.locationRejected(j.decision), timeMs: fix.timeMs)

@@ -244,6 +244,7 @@ enum EventText {
         case .sessionStopped(let s): detail = "session \(s.id) ended \(s.endMs.map(String.init) ?? "-")"
         case .trackingGap(let d, let m): detail = String(format: "%.0f s, %.0f m", d, m)
         case .diagnostic(let code, let message), .error(let code, let message): detail = "\(code): \(message)"
+        case .streamGap(let gap): detail = "\(StreamGap.code): \(gap.message)"
         case .motionChange(let state, _): detail = state.rawValue
         case .activityChange(let activity, let confidence): detail = "\(activity) (\(confidence))"
         case .heartbeat(let p): detail = p.map { String(format: "%.6f,%.6f", $0.latitude, $0.longitude) } ?? "-"

@@ -40,11 +40,11 @@ public struct CommandError: Error, Sendable, Equatable {
 /// Which service answers which command. The gateway answers `notFound` for a
 /// name in no one's list, so a typo gets a reply instead of a timeout.
 public enum CommandCatalog {
-    public static let gateway = ["start", "stop", "currentSession", "getSessions", "getRawFixes", "exportFixture"]
-    public static let filter = ["getDecisions", "getRawPoints"]
+    public static let gateway = ["start", "stop", "currentSession", "getSessions", "getRawFixes", "exportFixture", "repairRaw"]
+    public static let filter = ["getDecisions", "getRawPoints", "repairPoints"]
     public static let motion = ["changePace", "addGeofence", "removeGeofence", "removeAllGeofences",
                                 "getGeofences", "getGeofenceEvents", "deleteGeofenceEvents",
-                                "setActiveRoute", "isOffRoute", "getTrips", "getStops"]
+                                "setActiveRoute", "isOffRoute", "getTrips", "getStops", "repairMotion"]
     public static let track = ["getPoints", "getCount", "getOdometer", "buildTrack", "exportGeoJSON",
                                "exportPolylineJSON", "exportGPX", "getSummary"]
     public static let uploader = ["configureSync", "syncNow"]

@@ -17,6 +17,8 @@ public struct Event: Codable, Sendable, Equatable {
         case sessionStopped(Session)
         case trackingGap(durationSec: Double, distanceMeters: Double)
         case diagnostic(code: String, message: String)
+        /// A `diagnostic` with code `streamGap`: internal messages that could not be repaired.
+        case streamGap(StreamGap)
         case error(code: String, message: String)
         case motionChange(MotionState, point: TrackPoint?)
         case activityChange(activity: String, confidence: Int)
@@ -45,7 +47,7 @@ public struct Event: Codable, Sendable, Equatable {
         case .sessionStarted: "sessionStarted"
         case .sessionStopped: "sessionStopped"
         case .trackingGap: "trackingGap"
-        case .diagnostic: "diagnostic"
+        case .diagnostic, .streamGap: "diagnostic"
         case .error: "error"
         case .motionChange: "motionChange"
         case .activityChange: "activityChange"
@@ -73,7 +75,7 @@ public struct Event: Codable, Sendable, Equatable {
     private enum Key: String, CodingKey {
         case type, device, timeMs, point, decision, session, durationSec, distanceMeters, code, message
         case state, activity, confidence, fence, id, fleet, crossing, trip, stop, distanceM
-        case statusCode, count, afterSec, reason
+        case statusCode, count, afterSec, reason, stream, from, to
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -91,6 +93,13 @@ public struct Event: Codable, Sendable, Equatable {
         case .diagnostic(let code, let message), .error(let code, let message):
             try c.encode(code, forKey: .code)
             try c.encode(message, forKey: .message)
+        case .streamGap(let gap):
+            try c.encode(StreamGap.code, forKey: .code)
+            try c.encode(gap.message, forKey: .message)
+            try c.encode(gap.stream, forKey: .stream)
+            try c.encode(gap.from, forKey: .from)
+            try c.encode(gap.to, forKey: .to)
+            try c.encode(gap.reason, forKey: .reason)
         case .motionChange(let state, let point):
             try c.encode(state, forKey: .state)
             try c.encodeIfPresent(point, forKey: .point)
@@ -138,8 +147,14 @@ public struct Event: Codable, Sendable, Equatable {
             body = .trackingGap(durationSec: try c.decode(Double.self, forKey: .durationSec),
                                 distanceMeters: try c.decode(Double.self, forKey: .distanceMeters))
         case "diagnostic":
-            body = .diagnostic(code: try c.decode(String.self, forKey: .code),
-                               message: try c.decode(String.self, forKey: .message))
+            let code = try c.decode(String.self, forKey: .code)
+            if code == StreamGap.code, let stream = try c.decodeIfPresent(String.self, forKey: .stream),
+               let from = try c.decodeIfPresent(Int64.self, forKey: .from), let to = try c.decodeIfPresent(Int64.self, forKey: .to),
+               let reason = try c.decodeIfPresent(String.self, forKey: .reason).flatMap(StreamGap.Reason.init(rawValue:)) {
+                body = .streamGap(StreamGap(stream: stream, from: from, to: to, reason: reason))
+            } else {
+                body = .diagnostic(code: code, message: try c.decode(String.self, forKey: .message))
+            }
         case "error":
             body = .error(code: try c.decode(String.self, forKey: .code),
                           message: try c.decode(String.self, forKey: .message))
@@ -192,6 +207,40 @@ extension Event {
         default: break
         }
         return event
+    }
+}
+
+/// Internal messages a consumer never got and could not get back from the
+/// producer's log: seqs `from…to` of one device's `stream`.
+public struct StreamGap: Sendable, Equatable {
+    public static let code = "streamGap"
+
+    public enum Reason: String, Sendable, Codable {
+        /// The producer's log no longer holds them (trimmed by its retention).
+        case trimmed
+        /// The producer's store was replaced: its numbering started over.
+        case producerReset
+        /// The producer did not answer within the repair timeout.
+        case noAnswer
+    }
+
+    public var stream: String
+    public var from: Int64
+    public var to: Int64
+    public var reason: Reason
+
+    public init(stream: String, from: Int64, to: Int64, reason: Reason) {
+        self.stream = stream; self.from = from; self.to = to; self.reason = reason
+    }
+
+    public var message: String {
+        let count = to - from + 1
+        let why = switch reason {
+        case .trimmed: "the producer's log no longer holds them"
+        case .producerReset: "the producer's store was replaced"
+        case .noAnswer: "the producer did not answer in time"
+        }
+        return "\(stream): \(count) message(s) seq \(from)…\(to) missed and not repaired (\(why)); going on without them"
     }
 }
 

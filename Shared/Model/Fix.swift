@@ -46,17 +46,21 @@ public struct RawFix: Codable, Sendable, Equatable {
     public var batteryPct: Double?
     /// The gateway store's identity (see `Sequenced`); absent from older gateways.
     public var epoch: String?
+    /// The seq of the device's previous raw fix in this epoch (0 before the
+    /// first): a consumer that has not seen it knows it missed something.
+    public var prev: Int64?
 
     public init(device: DeviceID, seq: Int64, sessionID: String?, timeMs: Int64, receivedMs: Int64,
                 source: FixSource, latitude: Double, longitude: Double, accuracyM: Double,
                 speedMps: Double? = nil, courseDeg: Double? = nil, altitudeM: Double? = nil,
-                verticalAccuracyM: Double? = nil, mock: Bool? = nil, batteryPct: Double? = nil, epoch: String? = nil) {
+                verticalAccuracyM: Double? = nil, mock: Bool? = nil, batteryPct: Double? = nil, epoch: String? = nil,
+                prev: Int64? = nil) {
         self.device = device; self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs
         self.receivedMs = receivedMs; self.source = source; self.latitude = latitude
         self.longitude = longitude; self.accuracyM = accuracyM; self.speedMps = speedMps
         self.courseDeg = courseDeg; self.altitudeM = altitudeM
         self.verticalAccuracyM = verticalAccuracyM; self.mock = mock; self.batteryPct = batteryPct
-        self.epoch = epoch
+        self.epoch = epoch; self.prev = prev
     }
 
     /// Back to the device format, for replayable fixture exports.
@@ -98,8 +102,10 @@ public struct PointMessage: Codable, Sendable, Equatable {
     public var epoch: String?
     /// The fix the point was accepted from (absent from filters before it).
     public var measured: MeasuredFix?
-    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil, measured: MeasuredFix? = nil) {
-        self.device = device; self.point = point; self.epoch = epoch; self.measured = measured
+    /// The seq of the device's previous point in this epoch (0 before the first).
+    public var prev: Int64?
+    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil, measured: MeasuredFix? = nil, prev: Int64? = nil) {
+        self.device = device; self.point = point; self.epoch = epoch; self.measured = measured; self.prev = prev
     }
     public var seq: Int64 { point.seq }
 }
@@ -161,8 +167,10 @@ public struct MotionMessage: Codable, Sendable, Equatable {
     public var state: MotionState
     /// The motion store's identity (see `Sequenced`).
     public var epoch: String?
-    public init(device: DeviceID, seq: Int64, timeMs: Int64, state: MotionState, epoch: String? = nil) {
-        self.device = device; self.seq = seq; self.timeMs = timeMs; self.state = state; self.epoch = epoch
+    /// The seq of the device's previous motion message in this epoch (0 before the first).
+    public var prev: Int64?
+    public init(device: DeviceID, seq: Int64, timeMs: Int64, state: MotionState, epoch: String? = nil, prev: Int64? = nil) {
+        self.device = device; self.seq = seq; self.timeMs = timeMs; self.state = state; self.epoch = epoch; self.prev = prev
     }
 }
 

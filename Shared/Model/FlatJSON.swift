@@ -210,10 +210,11 @@ extension RawFix {
               let speedMps = o.double("speedMps").optional, let courseDeg = o.double("courseDeg").optional,
               let altitudeM = o.double("altitudeM").optional, let verticalAccuracyM = o.double("verticalAccuracyM").optional,
               let mock = o.bool("mock").optional, let batteryPct = o.double("batteryPct").optional,
-              let epoch = o.string("epoch").optional else { return nil }
+              let epoch = o.string("epoch").optional, let prev = o.int64("prev").optional else { return nil }
         self.init(device: device, seq: seq, sessionID: sessionID, timeMs: timeMs, receivedMs: receivedMs, source: source,
                   latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg,
-                  altitudeM: altitudeM, verticalAccuracyM: verticalAccuracyM, mock: mock, batteryPct: batteryPct, epoch: epoch)
+                  altitudeM: altitudeM, verticalAccuracyM: verticalAccuracyM, mock: mock, batteryPct: batteryPct, epoch: epoch,
+                  prev: prev)
     }
 }
 
@@ -227,7 +228,8 @@ extension PointMessage {
               let timeMs = p.int64("timeMs").required, let latitude = p.double("latitude").required,
               let longitude = p.double("longitude").required, let accuracyM = p.double("accuracyM").required,
               let speedMps = p.double("speedMps").optional, let courseDeg = p.double("courseDeg").optional,
-              let odometerM = p.double("odometerM").required, let m = o.object("measured").optional else { return nil }
+              let odometerM = p.double("odometerM").required, let m = o.object("measured").optional,
+              let prev = o.int64("prev").optional else { return nil }
         var measured: MeasuredFix?
         if let m {
             guard let lat = m.double("latitude").required, let lon = m.double("longitude").required,
@@ -237,6 +239,7 @@ extension PointMessage {
         }
         self.init(device: device, point: TrackPoint(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude,
                                                     longitude: longitude, accuracyM: accuracyM, speedMps: speedMps,
-                                                    courseDeg: courseDeg, odometerM: odometerM), epoch: epoch, measured: measured)
+                                                    courseDeg: courseDeg, odometerM: odometerM), epoch: epoch, measured: measured,
+                  prev: prev)
     }
 }

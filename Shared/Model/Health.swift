@@ -19,15 +19,27 @@ public struct Health: Codable, Sendable, Equatable {
     public var counters: [String: Int64]?
     /// A condition an operator must see (e.g. the disk is full), while it lasts.
     public var note: String?
+    /// The newest seq this producer sent per recently active device, by
+    /// stream: a consumer behind it asks for the rest (a lost tail is a gap too).
+    public var streams: [String: StreamTips]?
 
     public init(service: String, status: Status, version: String, startedMs: Int64, timeMs: Int64,
                 processed: Int64 = 0, errors: Int64 = 0, lagMs: Int64 = 0, queueDepth: Int64 = 0,
-                intervalMs: Int64? = nil, instance: String? = nil, counters: [String: Int64]? = nil, note: String? = nil) {
+                intervalMs: Int64? = nil, instance: String? = nil, counters: [String: Int64]? = nil, note: String? = nil,
+                streams: [String: StreamTips]? = nil) {
         self.service = service; self.status = status; self.version = version; self.startedMs = startedMs
         self.timeMs = timeMs; self.processed = processed; self.errors = errors; self.lagMs = lagMs
         self.queueDepth = queueDepth; self.intervalMs = intervalMs; self.instance = instance
-        self.counters = counters; self.note = note
+        self.counters = counters; self.note = note; self.streams = streams
     }
+}
+
+/// One stream's newest seqs, for the devices that sent lately.
+public struct StreamTips: Codable, Sendable, Equatable {
+    public var epoch: String
+    /// Device id → the newest seq sent.
+    public var tips: [String: Int64]
+    public init(epoch: String, tips: [String: Int64]) { self.epoch = epoch; self.tips = tips }
 }
 
 public enum TrackerVersion {

@@ -126,6 +126,7 @@ extension RawFix: JSONWritable {
         w.field("latitude", latitude)
         w.field("longitude", longitude)
         w.field("mock", mock)
+        w.field("prev", prev)
         w.field("receivedMs", receivedMs)
         w.field("seq", seq)
         w.field("sessionID", sessionID)
@@ -165,6 +166,20 @@ extension PointMessage: JSONWritable {
         w.field("epoch", epoch)
         w.field("measured", measured)
         w.field("point", point)
+        w.field("prev", prev)
+        w.endObject()
+    }
+}
+
+extension MotionMessage: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("device", device)
+        w.field("epoch", epoch)
+        w.field("prev", prev)
+        w.field("seq", seq)
+        w.field("state", state)
+        w.field("timeMs", timeMs)
         w.endObject()
     }
 }
@@ -322,8 +337,17 @@ extension Event: JSONWritable {
             w.field("reason", reason)
         case .authExpired:
             w.field("device", device)
+        case .streamGap(let gap):
+            w.field("code", StreamGap.code)
+            w.field("device", device)
+            w.field("from", gap.from)
+            w.field("message", gap.message)
+            w.field("reason", gap.reason.rawValue)
+            w.field("stream", gap.stream)
         }
         w.field("timeMs", timeMs)
+        // Sorted keys: `to` falls between `timeMs` and `type`.
+        if case .streamGap(let gap) = body { w.field("to", gap.to) }
         w.field("type", type)
         w.endObject()
     }

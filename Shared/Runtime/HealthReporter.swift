@@ -10,6 +10,8 @@ public final class HealthCounters: Sendable {
     /// In a struct: a Mutex of a bare closure rewraps it on every read (see NetworkLoop.Callbacks).
     private struct DepthSource { var read: (@Sendable () -> Int64)? }
     private let queueDepthSource = Mutex(DepthSource())
+    private struct StreamsSource { var read: (@Sendable () -> [String: StreamTips])? }
+    private let streamsSource = Mutex(StreamsSource())
 
     struct Values {
         var processed: Int64 = 0
@@ -18,6 +20,7 @@ public final class HealthCounters: Sendable {
         var queueDepth: Int64 = 0
         var extra: [String: Int64] = [:]
         var note: String?
+        var streams: [String: StreamTips]?
     }
 
     public init() {}
@@ -28,6 +31,8 @@ public final class HealthCounters: Sendable {
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
     /// Reads the queue depth whenever health is published, instead of a set value.
     public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0.read = source } }
+    /// Reads a producer's stream tips whenever health is published.
+    public func streams(_ source: @escaping @Sendable () -> [String: StreamTips]) { streamsSource.withLock { $0.read = source } }
     public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
     /// A figure that is set, not summed (the uploader's oldest queued point's age).
     public func set(_ name: String, _ value: Int64?) { state.withLock { $0.extra[name] = value } }
@@ -37,6 +42,7 @@ public final class HealthCounters: Sendable {
     func snapshot() -> Values {
         var values = state.withLock { $0 }
         if let source = queueDepthSource.withLock({ $0.read }) { values.queueDepth = source() }
+        if let source = streamsSource.withLock({ $0.read }) { values.streams = source() }
         return values
     }
 }
@@ -69,7 +75,8 @@ public struct HealthReporter: Sendable {
                       timeMs: clock.nowMs(), processed: values.processed, errors: values.errors,
                       lagMs: values.lagMs, queueDepth: values.queueDepth,
                       intervalMs: interval.milliseconds,
-                      instance: instance, counters: values.extra.isEmpty ? nil : values.extra, note: values.note)
+                      instance: instance, counters: values.extra.isEmpty ? nil : values.extra, note: values.note,
+                      streams: values.streams)
     }
 
     public func message(_ status: Health.Status) -> MQTTMessage {

@@ -80,7 +80,8 @@ public enum ServiceRunner {
             host = try ServiceHost(definition, databasePath: context.databasePath(), bus: output, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
                                    cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
-                                   maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000)
+                                   maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000,
+                                   instance: settings.instance, repair: settings.repair)
         } catch {
             FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
             return 2

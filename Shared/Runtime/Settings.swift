@@ -164,6 +164,8 @@ public struct CommonSettings: Sendable {
     public var outputBacklogMax: Int
     /// SQLite's page cache for the service's store, in MB.
     public var sqliteCacheMB: Int
+    /// How gaps in the internal streams are repaired (`repairTimeoutSec`, `repairRetrySec`).
+    public var repair: RepairSettings
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -191,5 +193,11 @@ public struct CommonSettings: Sendable {
         maxReplyBytes = try reader.int("maxReplyBytes", default: 1 << 20, in: 4_096...(64 << 20))
         outputBacklogMax = try reader.int("outputBacklogMax", default: 20_000, in: 100...1_000_000)
         sqliteCacheMB = try reader.int("sqliteCacheMB", default: 5, in: 1...4_096)
+        let repairTimeout = try reader.double("repairTimeoutSec", default: 30, in: 1...3_600)
+        let repairRetry = try reader.double("repairRetrySec", default: 3, in: 0.1...600)
+        guard repairRetry <= repairTimeout else {
+            throw ConfigError("repairRetrySec", "must not exceed repairTimeoutSec (\(repairTimeout)), got \(repairRetry)")
+        }
+        repair = RepairSettings(retryMs: Int64(repairRetry * 1000), timeoutMs: Int64(repairTimeout * 1000))
     }
 }

@@ -113,9 +113,8 @@ enum FilterService {
                                 body: Array(JSONCoding.encode(judgement.judged)))
             }
             if let point = judgement.point {
-                try work.send(seq: fix.seq, sessionID: fix.sessionID, timeMs: point.timeMs,
-                              body: Array(JSONCoding.encode(PointMessage(device: work.device, point: point, epoch: work.epoch,
-                                                                         measured: fix.reading))))
+                try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: fix.reading),
+                              sessionID: fix.sessionID, timeMs: point.timeMs)
                 work.emit(.location(point), timeMs: point.timeMs)
             } else if judgement.announceRejection {
                 work.emit(.locationRejected(judgement.decision), timeMs: fix.timeMs)

@@ -85,7 +85,7 @@ enum GatewayService {
             for effect in effects {
                 switch effect {
                 case .raw(let raw):
-                    try work.send(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, body: Array(JSONCoding.encode(raw)))
+                    try work.send(raw, sessionID: raw.sessionID, timeMs: raw.timeMs)
                     work.lag(work.nowMs - raw.timeMs)
                     accepted += 1
                 case .session(let change):

@@ -136,7 +136,7 @@ final class MotionHandler {
             case .state(let state, let timeMs, let point):
                 work.row.motionSeq += 1
                 let message = MotionMessage(device: work.device, seq: work.row.motionSeq, timeMs: timeMs, state: state, epoch: work.epoch)
-                try work.send(seq: message.seq, sessionID: point?.sessionID, timeMs: timeMs, body: Array(JSONCoding.encode(message)))
+                try work.send(message, sessionID: point?.sessionID, timeMs: timeMs)
                 work.emit(.motionChange(state, point: point), timeMs: timeMs)
                 if state == .stationary { settled(at: timeMs, work) }
             case .stopEnded(let stop):

@@ -64,6 +64,12 @@ public final class DeviceLog {
                      [.text(device.rawValue), .integer(seq), .integer(Int64(min(limit, Int(Int64.max))))]) { ($0.int64(0), $0.string(1)) }
     }
 
+    /// Entries with `after < seq ≤ through`, oldest first.
+    public func entries(_ device: DeviceID, after: Int64, through: Int64, limit: Int) throws -> [(seq: Int64, body: String)] {
+        try db.query("SELECT seq, body FROM \(table) WHERE device = ? AND seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+                     [.text(device.rawValue), .integer(after), .integer(through), .int(limit)]) { ($0.int64(0), $0.string(1)) }
+    }
+
     /// Deletes the device's entries at or below `seq`; returns how many.
     @discardableResult
     public func trim(_ device: DeviceID, through seq: Int64) throws -> Int {

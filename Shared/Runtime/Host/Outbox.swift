@@ -20,6 +20,7 @@ extension MQTTClient: MessageBus {}
 /// acknowledgement always comes; the watermark never freezes.
 public final class Outbox: Sendable {
     private let topic: @Sendable (DeviceID) -> String
+    private let clock: any WallClock
     private let state = Mutex<[DeviceID: Progress]>([:])
 
     struct Progress {
@@ -28,14 +29,17 @@ public final class Outbox: Sendable {
         var pending: Set<Int64> = []
         /// The watermark last written to the store.
         var saved: Int64
+        /// When (wall clock) this run last sent one of the device's messages.
+        var lastSentMs: Int64?
 
         mutating func advance() {
             while ackedThrough < highestSent, !pending.contains(ackedThrough + 1) { ackedThrough += 1 }
         }
     }
 
-    init(topic: @escaping @Sendable (DeviceID) -> String) {
+    init(topic: @escaping @Sendable (DeviceID) -> String, clock: any WallClock = SystemWallClock()) {
         self.topic = topic
+        self.clock = clock
     }
 
     /// Starts a device's count where the store says it stands.
@@ -50,6 +54,7 @@ public final class Outbox: Sendable {
             if all[device] == nil { all[device] = Progress(ackedThrough: seq - 1, highestSent: seq - 1, saved: 0) }
             all[device]!.pending.insert(seq)
             all[device]!.highestSent = max(all[device]!.highestSent, seq)
+            all[device]!.lastSentMs = clock.nowMs()
         }
         try bus.publish(MQTTMessage(topic: topic(device), payload: body)) { [weak self] result in
             // A failure means the client was closed for good: the message stays
@@ -70,6 +75,20 @@ public final class Outbox: Sendable {
 
     /// Every seq at or below this has been acknowledged (or was never sent).
     func ackedThrough(_ device: DeviceID) -> Int64? { state.withLock { $0[device]?.ackedThrough } }
+
+    /// The newest seq sent to each device that fell quiet lately (sent
+    /// between `quietMs` and `recentMs` ago), at most `limit`, newest first:
+    /// health carries them, so a consumer that lost a stream's tail finds out.
+    func tips(quietMs: Int64 = 1_000, recentMs: Int64 = 300_000, limit: Int = 1_000) -> [String: Int64] {
+        let now = clock.nowMs()
+        let quiet = state.withLock { all in
+            all.compactMap { device, p -> (String, Int64, Int64)? in
+                guard let sent = p.lastSentMs, now - sent >= quietMs, now - sent <= recentMs else { return nil }
+                return (device.rawValue, p.highestSent, sent)
+            }
+        }
+        return Dictionary(uniqueKeysWithValues: quiet.sorted { $0.2 > $1.2 }.prefix(limit).map { ($0.0, $0.1) })
+    }
 
     /// Messages published and not yet acknowledged by the broker.
     public var pendingCount: Int { state.withLock { $0.values.reduce(0) { $0 + $1.pending.count } } }

@@ -103,6 +103,13 @@ public protocol Sequenced {
     /// The producer's store identity; a new one means the producer started
     /// over and its numbering with it.
     var epoch: String? { get }
+    /// The seq of the producer's message before this one for the same device
+    /// (0 before the first); nil from producers that do not say.
+    var prev: Int64? { get }
+}
+
+extension Sequenced {
+    public var prev: Int64? { nil }
 }
 
 /// One subscribed topic kind and what it becomes for the core.

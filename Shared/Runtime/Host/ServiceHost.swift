@@ -41,6 +41,13 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// How the host waits before a failed batch is redelivered (injected in tests).
     private let pause: (Duration) -> Void
     public let epoch: String
+    /// The client id, for the topic repair answers come back on.
+    public let instance: String
+    /// The stream this service produces (its outbox), if any.
+    private let stream: InternalStream?
+    /// The producers' health topics whose stream tips this service follows: topic → input name.
+    private let tipTopics: [String: String]
+    private var repairs: StreamRepairs
 
     private var batch = Batch()
     private var attempts = FailedAttempts()
@@ -64,8 +71,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
                 cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
+                instance: String? = nil, repair: RepairSettings = RepairSettings(),
                 pause: @escaping (Duration) -> Void = ServiceHost.sleep) throws {
         name = definition.name
+        self.instance = instance ?? "tracker-\(definition.name)"
         do {
             db = try Database(path: databasePath, cacheKB: sqliteCacheKB)
             // A damaged file stops the service now, by name, not in a crash loop later.
@@ -81,9 +90,17 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         self.store = store
         epoch = try db.transaction { try store.epoch(nowMs: clock.nowMs()) }
         rows = definition.rows
-        routes = try definition.wire(db)
+        var routes = try definition.wire(db)
+        stream = routes.outbox == nil ? nil : InternalStream.produced(by: name)
+        if let stream, let outbox = routes.outbox { routes.commands.append(Self.repairRoute(stream, log: outbox.log, epoch: epoch)) }
+        self.routes = routes
         inputs = Dictionary(uniqueKeysWithValues: routes.inputs.map { ($0.name, $0) })
         commands = Dictionary(uniqueKeysWithValues: routes.commands.map { ($0.name, $0) })
+        tipTopics = Dictionary(uniqueKeysWithValues: routes.inputs.compactMap { route in
+            guard route.sequenced, let producer = InternalStream(rawValue: route.name)?.producer else { return nil }
+            return (topics.health(producer), route.name)
+        })
+        repairs = StreamRepairs(settings: repair)
         retention = Dictionary(uniqueKeysWithValues: routes.retention.map { (ObjectIdentifier($0.log), $0) })
         for capped in routes.retention where capped.maxTotal != nil { capped.total = try capped.log.totalCount() }
         cache = DeviceCache(capacity: cacheCapacity)
@@ -97,11 +114,13 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                               topics: topics, logger: logger, counters: counters)
         if let route = routes.outbox {
             let topic = route.topic
-            let outbox = Outbox(topic: { [topics] in topic(topics, $0) })
+            let outbox = Outbox(topic: { [topics] in topic(topics, $0) }, clock: clock)
             for (device, acked) in try store.watermarks(in: route.log) { outbox.restore(device, ackedThrough: acked) }
             self.outbox = outbox
             // Health reads it live: the messages the broker has not acknowledged yet.
             counters.queueDepth { Int64(outbox.pendingCount) }
+            // And the newest seq of each device that fell quiet: a consumer that lost the tail asks for it.
+            if let stream { counters.streams { [epoch] in [stream.rawValue: StreamTips(epoch: epoch, tips: outbox.tips())] } }
         } else {
             outbox = nil
         }
@@ -117,6 +136,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public var subscriptions: [String] {
         routes.inputs.map { $0.filter(topics) }
             + (routes.answersUnknownCommands ? [topics.anyCommand] : routes.commands.map { topics.allCommands(named: $0.name) })
+            + (tipTopics.isEmpty ? [] : [topics.repairReply(instance)] + tipTopics.keys.sorted())
     }
 
     // MARK: Messages (network thread)
@@ -131,6 +151,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         openBatchIfNeeded()
         // A failed batch is redelivered whole: handling more of it now would be undone anyway.
         guard batch.failure == nil else { return }
+        if !tipTopics.isEmpty {
+            if message.topic == topics.repairReply(instance) { repaired(message); return }
+            if let input = tipTopics[message.topic] { noteTips(message, input: input); return }
+        }
         let parsed = topics.parse(message.topic)
         switch parsed {
         case .command(let device, let name):
@@ -149,7 +173,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
-    private func apply(_ message: MQTTMessage, to device: DeviceID, route: InputRoute<Row>) {
+    /// Applies one input message in its own savepoint. A sequenced one is
+    /// taken as `gaps` says, by default: held back behind a repair under way,
+    /// or, when it follows messages that never came, held while they are asked for.
+    private func apply(_ message: MQTTMessage, to device: DeviceID, route: InputRoute<Row>, gaps: GapHandling? = nil) {
         // Hashing every message costs; only needed while some message is failing.
         let key = attempts.isEmpty ? nil : FailedAttempts.key(message)
         if let key, attempts.exhausted(key) {
@@ -165,6 +192,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if let key { batch.messages.append(key) }
         let work: Work<Row>
         do { work = try self.work(device, input: route.sequenced ? route.name : nil) } catch { fail(error, culprit: nil); return }
+        let stream = StreamRepairs.Key(device: device, input: route.name)
+        if route.sequenced { work.gapHandling = gaps ?? (repairs.isPending(stream) ? .hold : .repair) }
         let mark = batch.effects.mark
         do {
             try db.transaction { try route.run(message, work) }
@@ -176,6 +205,17 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         } catch is Redelivered {
             batch.effects.rewind(to: mark)
             counters.count("redelivered")
+        } catch let gap as GapFound {
+            batch.effects.rewind(to: mark)
+            counters.count("gapsFound")
+            if let ask = repairs.gap(stream, epoch: gap.epoch, after: gap.after, through: gap.through, seq: gap.seq,
+                                     message: message, nowMs: clock.nowMs()) {
+                self.ask(ask)
+            }
+        } catch let held as HeldBack {
+            batch.effects.rewind(to: mark)
+            // Past the bound it is not held: the next repair fetches it from the producer's log.
+            if !repairs.hold(stream, seq: held.seq, message: message) { counters.count("repairHeldDropped") }
         } catch {
             batch.effects.rewind(to: mark)
             fail(error, culprit: key ?? FailedAttempts.key(message))
@@ -257,20 +297,146 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         batch.effects.items.append(.publish(out))
     }
 
+    // MARK: Gap repair (network thread)
+
+    /// Asks the producer for the messages an input missed; the answer comes
+    /// back on this instance's repair topic, in a later batch.
+    private func ask(_ ask: StreamRepairs.Ask) {
+        guard let stream = InternalStream(rawValue: ask.key.input) else { return }
+        counters.count("repairRequests")
+        let request = CommandRequest(id: .string(ask.id), args: try? JSONValue(encoding: ask.request))
+        var message = MQTTMessage(topic: topics.command(ask.key.device, stream.repairCommand), payload: Array(JSONCoding.encode(request)))
+        message.responseTopic = topics.repairReply(instance)
+        message.correlationData = Array(ask.id.utf8)
+        batch.effects.items.append(.publish(message))
+    }
+
+    /// A producer's answer: the missing messages, applied in order, then
+    /// what was held behind them.
+    private func repaired(_ message: MQTTMessage) {
+        guard let reply = try? JSONCoding.decoder.decode(RepairReply.self, from: Data(message.payload)),
+              let id = reply.id?.stringValue, let key = repairs.key(answering: id), let route = inputs[key.input] else {
+            counters.count("repairStale")  // an answer to a repair given up, or not ours
+            return
+        }
+        guard reply.ok, let result = reply.result else {
+            // Its store was replaced: the range asked for is gone. Anything else (busy) is asked again.
+            if reply.code == ErrorCode.notFound.rawValue { finishRepair(key, reason: .producerReset) }
+            return
+        }
+        let through = repairs.pending[key]?.through ?? 0
+        for body in result.messages {
+            apply(MQTTMessage(topic: "\(topics.prefix)/\(key.device)/\(key.input)", payload: Array(body.utf8)), to: key.device,
+                  route: route, gaps: .accept(.trimmed, through: through))
+            guard batch.failure == nil else { return }
+        }
+        counters.count("repaired", Int64(result.messages.count))
+        if result.more, let after = appliedSeq(key) {
+            if let again = repairs.askAgain(key, after: after, nowMs: clock.nowMs()) { ask(again) }
+        } else {
+            finishRepair(key, reason: .trimmed)
+        }
+    }
+
+    /// Ends a repair: what the producer could not give is reported once and
+    /// skipped, and the held messages are applied.
+    private func finishRepair(_ key: StreamRepairs.Key, reason: StreamGap.Reason) {
+        guard let pending = repairs.finish(key), let route = inputs[key.input] else { return }
+        for held in pending.held {
+            apply(held.message, to: key.device, route: route,
+                  gaps: .accept(reason, through: reason == .producerReset ? .max : pending.through))
+            guard batch.failure == nil else { return }
+        }
+        // Nothing held came after the range (a lost tail): move past what did not come.
+        guard !repairs.isPending(key), let applied = appliedSeq(key, epoch: pending.epoch), applied < pending.through else { return }
+        do {
+            let work = try self.work(key.device, input: key.input)
+            work.skip(to: pending.through, epoch: pending.epoch,
+                      gap: StreamGap(stream: key.input, from: applied + 1, to: pending.through, reason: reason))
+            cache.modify(key.device, work.store)
+        } catch {
+            fail(error, culprit: nil)
+        }
+    }
+
+    /// The last seq applied from an input (within `epoch`, when given: nil for another epoch's).
+    private func appliedSeq(_ key: StreamRepairs.Key, epoch: String? = nil) -> Int64? {
+        guard let entry = try? entry(key.device) else { return nil }
+        let mark = entry.inputs[key.input]
+        if let epoch, let markEpoch = mark?.epoch, markEpoch != epoch { return nil }
+        return mark?.seq ?? 0
+    }
+
+    /// A producer's health: for each device that fell quiet, the newest seq it
+    /// sent. One ahead of what was applied (after a grace) is a lost tail.
+    private func noteTips(_ message: MQTTMessage, input: String) {
+        guard let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload)),
+              let stream = health.streams?[input] else { return }
+        let now = clock.nowMs()
+        for (id, tip) in stream.tips {
+            guard let device = DeviceID(id) else { continue }
+            let key = StreamRepairs.Key(device: device, input: input)
+            // Another epoch's tips say nothing of this one: its messages' prev does.
+            guard !repairs.isPending(key), let applied = appliedSeq(key, epoch: stream.epoch), applied < tip else { continue }
+            repairs.noteTip(key, epoch: stream.epoch, tip: tip, nowMs: now)
+        }
+    }
+
+    /// Repairs that time asks for: asked again, given up, or started from a tip.
+    private func repairsDue() {
+        let now = clock.nowMs()
+        let (retries, expired, tips) = repairs.due(nowMs: now)
+        for retry in retries { ask(retry) }
+        for key in expired {
+            logger.warning("no answer to a repair request; going on without the messages",
+                           ["device": key.device.rawValue, "input": key.input])
+            finishRepair(key, reason: .noAnswer)
+        }
+        for (key, tip) in tips {
+            guard let applied = appliedSeq(key, epoch: tip.epoch), applied < tip.tip,
+                  let ask = repairs.startFromTip(key, epoch: tip.epoch, after: applied, through: tip.tip, nowMs: now) else { continue }
+            counters.count("gapsFound")
+            self.ask(ask)
+        }
+        counters.set("repairsPending", repairs.pending.isEmpty ? nil : Int64(repairs.pending.count))
+    }
+
+    /// `repair{Stream}`: the stored messages of the asked range, oldest
+    /// first, bounded in bytes (`more` when cut short: ask again after the last).
+    static func repairRoute(_ stream: InternalStream, log: DeviceLog, epoch: String) -> CommandRoute<Row> {
+        let table = log.table
+        return .query(stream.repairCommand) { command, query in
+            let args = try command.arguments(RepairRequest.self)
+            guard args.epoch == epoch else {
+                throw CommandError(.notFound, "epoch: this store is \(epoch), not \(args.epoch) (it was replaced; that range is gone)")
+            }
+            guard args.after >= 0, args.through >= args.after else {
+                throw CommandError(.badInput, "after and through: need 0 ≤ after ≤ through, got \(args.after) and \(args.through)")
+            }
+            let limit = 5_000
+            let entries = try query.log(table).entries(query.device, after: args.after, through: args.through, limit: limit)
+            // Each body travels as a JSON string: escaping can double its quotes, so half the reply's bound.
+            let page = JSONPage(bounding: entries.map(\.body), offset: 0, maxBytes: query.maxReplyBytes / 2)
+            let more = page.nextOffset != nil || (entries.count == limit && entries.last.map { $0.seq < args.through } == true)
+            return .value(RepairAnswer(messages: page.bodies, more: more))
+        }
+    }
+
     /// A device's state for one unit of work (from the cache, else the
     /// store), with the watermark of `input` when it is a sequenced one.
     private func work(_ device: DeviceID, input: String? = nil) throws -> Work<Row> {
-        let entry: DeviceEntry<Row>
-        if let cached = cache.get(device) {
-            entry = cached
-        } else {
-            entry = try load(device)
-            cache.insertClean(device, entry)
-        }
+        let entry = try self.entry(device)
         let work = Work(device: device, nowMs: clock.nowMs(), epoch: epoch, entry: entry, effects: batch.effects, topics: topics,
                         outbox: routes.outbox, acknowledgements: outbox, retention: retention)
         if let input { work.input = (input, entry.inputs[input]) }
         return work
+    }
+
+    private func entry(_ device: DeviceID) throws -> DeviceEntry<Row> {
+        if let cached = cache.get(device) { return cached }
+        let entry = try load(device)
+        cache.insertClean(device, entry)
+        return entry
     }
 
     private func load(_ device: DeviceID) throws -> DeviceEntry<Row> {
@@ -334,6 +500,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         let storeError = batch.failure as? StoreError
         do { try db.rollbackBatch() } catch { logger.error("rollback failed", ["error": "\(error)"]) }
         cache.discardDirty()
+        // What the repairs held was acknowledged, but the producer's log has it: found and asked for again.
+        repairs.reset()
         routes.batchAbandoned?()
         counters.count("storeFailures")
         consecutiveFailures += 1
@@ -389,6 +557,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         do {
             try saveWatermarks()
             try holdLogsToTheirTotals()
+            if !tipTopics.isEmpty { repairsDue() }
             let nowMs = clock.nowMs()
             if let sweep = routes.sweep, lastSweepMs.map({ nowMs - $0 >= sweep.every.milliseconds }) ?? true {
                 lastSweepMs = nowMs
@@ -499,6 +668,22 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard let device else { return try db.first("SELECT count(*) FROM \(table)") { $0.int(0) } ?? 0 }
         return try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device)]) { $0.int(0) } ?? 0
     }
+}
+
+/// What `repair{Stream}` answers.
+struct RepairAnswer: Codable {
+    /// The stored messages, oldest first, each as the JSON text it was published as.
+    var messages: [String]
+    /// Cut short: more of the range remains.
+    var more: Bool
+}
+
+/// A reply to a repair request, as it comes back.
+struct RepairReply: Decodable {
+    var id: JSONValue?
+    var ok: Bool
+    var code: String?
+    var result: RepairAnswer?
 }
 
 /// How often each message failed to be stored, so one that keeps failing for

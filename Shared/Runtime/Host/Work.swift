@@ -14,7 +14,40 @@ struct DeviceEntry<Row> {
     var row: Row
     var inputs: [String: InputMark]
     var ackedThrough: Int64
+    /// The newest seq in the outbox log, once read (the next message's `prev`).
+    var lastSent: Int64? = nil
 }
+
+/// How `admit` takes a sequenced message whose `prev` was never applied.
+enum GapHandling: Equatable {
+    /// Throw `GapFound`: the host holds it and asks the producer for the rest.
+    case repair
+    /// A repair of this input is under way: throw `HeldBack` for anything new.
+    case hold
+    /// The repair of seqs up to `through` is over: apply it, a gap within
+    /// that range reported with this reason (one beyond it is repaired).
+    case accept(StreamGap.Reason, through: Int64)
+}
+
+/// Messages `after < seq ≤ through` never came before `seq`.
+struct GapFound: Error {
+    let epoch: String
+    let after: Int64
+    let through: Int64
+    let seq: Int64
+}
+
+/// A new message held back behind a repair under way.
+struct HeldBack: Error { let seq: Int64 }
+
+/// A message a service publishes on its internal stream through `Work.send`.
+public protocol OutboxMessage: Sequenced, Encodable, JSONWritable {
+    var prev: Int64? { get set }
+}
+
+extension RawFix: OutboxMessage {}
+extension PointMessage: OutboxMessage {}
+extension MotionMessage: OutboxMessage {}
 
 /// Something the host does once the batch that produced it is committed.
 enum Effect {
@@ -75,6 +108,10 @@ public final class Work<Row> {
     public var row: Row
     /// The watermark of the sequenced input this unit applies (nil for others).
     var input: (name: String, mark: InputMark?)?
+    /// How a sequenced message that skips seqs is taken (see `admit`).
+    var gapHandling = GapHandling.repair
+    /// The newest seq in the outbox log (nil until read).
+    private var lastSent: Int64?
     /// The outbox watermark as stored when the entry was loaded.
     private let storedAckedThrough: Int64
     /// The broker's acknowledgements of this run (read only when trimming).
@@ -88,6 +125,7 @@ public final class Work<Row> {
          outbox: OutboxRoute?, acknowledgements: Outbox?, retention: [ObjectIdentifier: LogRetention]) {
         self.device = device; self.nowMs = nowMs; self.epoch = epoch; self.effects = effects
         self.row = entry.row; self.storedAckedThrough = entry.ackedThrough; self.acknowledgements = acknowledgements
+        self.lastSent = entry.lastSent
         self.topics = topics; self.outbox = outbox; self.retention = retention
     }
 
@@ -95,6 +133,7 @@ public final class Work<Row> {
     func store(into entry: inout DeviceEntry<Row>) {
         entry.row = row
         if let input { entry.inputs[input.name] = input.mark }
+        entry.lastSent = lastSent
     }
 
     /// An event on this device's event stream.
@@ -114,11 +153,31 @@ public final class Work<Row> {
     /// `make` runs only for the one that is published.
     public func publishLatest(topic: String, _ make: @escaping () -> MQTTMessage) { effects.items.append(.conflated(topic: topic, make: make)) }
 
-    /// Stores an internal message in the outbox log and publishes it after the commit.
+    /// Stores an internal message in the outbox log and publishes it after
+    /// the commit, stamped with the seq of the device's message before it
+    /// (`prev`), so a consumer that missed one knows and asks for it.
+    public func send<M: OutboxMessage>(_ message: M, sessionID: String?, timeMs: Int64?) throws {
+        var message = message
+        message.prev = try previousSent()
+        try send(seq: message.seq, sessionID: sessionID, timeMs: timeMs, body: Array(JSONCoding.encode(message)))
+    }
+
+    /// Stores a body as it is (it carries no `prev`: a consumer cannot tell
+    /// what it missed before it) and publishes it after the commit.
     public func send(seq: Int64, sessionID: String?, timeMs: Int64?, body: [UInt8]) throws {
         guard let outbox else { preconditionFailure("this service declared no outbox") }
         try append(to: outbox.log, seq: seq, sessionID: sessionID, timeMs: timeMs, body: body)
+        lastSent = max(try previousSent(), seq)
         effects.items.append(.outbox(device, seq: seq, body: body))
+    }
+
+    /// The newest seq in the outbox log: read once per device while it is cached.
+    private func previousSent() throws -> Int64 {
+        if let lastSent { return lastSent }
+        guard let outbox else { preconditionFailure("this service declared no outbox") }
+        let newest = try outbox.log.newestSeq(device) ?? 0
+        lastSent = newest
+        return newest
     }
 
     /// Appends to one of the service's logs, trimming it to its retention
@@ -151,6 +210,9 @@ public final class Work<Row> {
 
     /// Whether a sequenced message is new: above the input's watermark, or
     /// from a producer that started over (a new epoch, announced once).
+    /// A new message whose `prev` lies above the watermark follows messages
+    /// that never came: by `gapHandling` it is held back for a repair, or
+    /// (the repair is over) applied with the gap reported.
     func admit<M: Sequenced>(_ message: M) throws -> Bool {
         guard let (name, mark) = input else { preconditionFailure("admit outside a sequenced input") }
         // A seq absurdly far ahead would silence the device for good if it moved the watermark.
@@ -158,14 +220,40 @@ public final class Work<Row> {
             throw InputRefusal(.badInput, "\(name): seq \(message.seq) is not within 1…\((mark?.seq ?? 0) + Self.maxSeqJump) "
                                + "(last applied \(mark?.seq ?? 0)); the message was not applied")
         }
-        if let mark, let epoch = message.epoch, let previous = mark.epoch, epoch != previous {
+        let restarted = mark?.epoch != nil && message.epoch != nil && mark?.epoch != message.epoch
+        // Within the producer's epoch, the last seq applied.
+        let applied = restarted ? 0 : mark?.seq ?? 0
+        if !restarted, let mark, message.seq <= mark.seq { return false }
+        switch gapHandling {
+        case .hold: throw HeldBack(seq: message.seq)
+        case .repair:
+            if let prev = message.prev, prev > applied, let epoch = message.epoch ?? mark?.epoch {
+                throw GapFound(epoch: epoch, after: applied, through: min(prev, message.seq - 1), seq: message.seq)
+            }
+        case .accept(let reason, let through):
+            if let prev = message.prev, prev > applied {
+                // A gap beyond the range repaired is a new one: repaired in turn.
+                if prev > through, let epoch = message.epoch ?? mark?.epoch {
+                    throw GapFound(epoch: epoch, after: applied, through: min(prev, message.seq - 1), seq: message.seq)
+                }
+                emit(.streamGap(StreamGap(stream: name, from: applied + 1, to: min(prev, message.seq - 1), reason: reason)))
+                count("streamGaps")
+            }
+        }
+        if restarted, let previous = mark?.epoch, let epoch = message.epoch {
             emit(.diagnostic(code: "producerReset", message:
                 "\(name): the producer's store was replaced (epoch \(previous) → \(epoch)); its numbering restarts at seq \(message.seq)"))
-            input = (name, InputMark(epoch: epoch, seq: message.seq))
-            return true
         }
-        if let mark, message.seq <= mark.seq { return false }
         input = (name, InputMark(epoch: message.epoch ?? mark?.epoch, seq: message.seq))
         return true
+    }
+
+    /// Moves the watermark past seqs that will never come, and says so.
+    func skip(to seq: Int64, epoch: String, gap: StreamGap) {
+        guard let (name, mark) = input else { preconditionFailure("skip outside a sequenced input") }
+        if mark?.epoch == epoch, let mark, mark.seq >= seq { return }
+        input = (name, InputMark(epoch: epoch, seq: seq))
+        emit(.streamGap(gap))
+        count("streamGaps")
     }
 }

@@ -1,0 +1,238 @@
+import Bus
+import Foundation
+import Logging
+import Model
+@testable import Runtime
+import Store
+import TestSupport
+import Testing
+
+/// A producer of `points` (named as the filter, whose stream that is): each
+/// `fixes` message `N` becomes point seq N in its outbox.
+private func pointProducer() -> ServiceDefinition<Tally> {
+    ServiceDefinition(name: "filter", migrations: [("points", DeviceLog.schema("points"))], rows: .json(fresh: { Tally() })) { db in
+        let points = try DeviceLog(db: db, table: "points")
+        return Routes(
+            inputs: [.external("fixes", filter: \.allFixes) { message, work in
+                let seq = Int64(String(decoding: message.payload, as: UTF8.self))!
+                let point = TrackPoint(seq: seq, sessionID: nil, timeMs: seq * 1000, latitude: 48, longitude: 11, accuracyM: 5, odometerM: 0)
+                try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch), sessionID: nil, timeMs: point.timeMs)
+            }],
+            commands: [CommandRoute("getDecisions") { _, _ in 0 }, CommandRoute("getRawPoints") { _, _ in 0 }],
+            outbox: OutboxRoute(log: points) { $0.points($1) },
+            retention: [LogRetention(points, keepPerDevice: 1_000)])
+    }
+}
+
+/// A consumer of `points` (named as the uploader): it records the seqs it applied, in order.
+private func pointConsumer() -> ServiceDefinition<Tally> {
+    ServiceDefinition(name: "uploader", migrations: [], rows: .json(fresh: { Tally() })) { _ in
+        Routes(
+            inputs: [.sequenced("points", decode: { try JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
+                work.row.applied.append(message.seq)
+            }],
+            commands: [CommandRoute("configureSync", scope: .fleet) { _, _ in 0 }, CommandRoute("syncNow", scope: .fleet) { _, _ in 0 }])
+    }
+}
+
+/// A producer and a consumer host on their own stores and buses, one manual
+/// clock, and the test as the broker between them: it decides what arrives.
+private final class RepairHarness {
+    let clock = ManualClock()
+    let producerBus = RecordingBus(), consumerBus = RecordingBus()
+    let counters = HealthCounters()
+    let producer: ServiceHost<Tally>
+    let consumer: ServiceHost<Tally>
+    private let paths: [String]
+
+    init(repair: RepairSettings = RepairSettings(retryMs: 3_000, timeoutMs: 30_000, tipGraceMs: 2_000)) throws {
+        let dir = FileManager.default.temporaryDirectory
+        paths = ["producer", "consumer"].map { dir.appendingPathComponent("repair-\($0)-\(UUID().uuidString).sqlite").path }
+        let logger = Logger(label: "test", minimum: .off)
+        producer = try ServiceHost(pointProducer(), databasePath: paths[0], bus: producerBus, topics: Topics(), logger: logger,
+                                   counters: HealthCounters(), clock: clock, pause: { _ in })
+        consumer = try ServiceHost(pointConsumer(), databasePath: paths[1], bus: consumerBus, topics: Topics(), logger: logger,
+                                   counters: counters, clock: clock, repair: repair, pause: { _ in })
+    }
+
+    deinit { for path in paths { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } } }
+
+    /// The producer sends points 1…n for `device`; returns them as published.
+    func produce(_ device: String, _ seqs: ClosedRange<Int64>) -> [MQTTMessage] {
+        producerBus.clear()
+        for seq in seqs { producer.receive(MQTTMessage(topic: "tracker/\(device)/fixes", string: "\(seq)")) }
+        #expect(producer.commit())
+        return producerBus.messages(topicSuffix: "/points")
+    }
+
+    func deliver(_ messages: [MQTTMessage]) {
+        messages.forEach(consumer.receive)
+        #expect(consumer.commit())
+    }
+
+    func tick() {
+        consumer.tick()
+        #expect(consumer.commit())
+    }
+
+    var requests: [MQTTMessage] { consumerBus.messages.filter { $0.topic.contains("/cmd/repairPoints") } }
+
+    /// The broker carries the newest request to the producer and its answer back.
+    func answerNewestRequest() throws {
+        let request = try #require(requests.last)
+        producerBus.clear()
+        producer.receive(request)
+        #expect(producer.commit())
+        let reply = try #require(producerBus.waitForMessage { $0.topic == request.responseTopic })
+        deliver([reply])
+    }
+
+    func applied(_ device: String) throws -> [Int64] {
+        consumer.close()
+        let db = try Database(path: paths[1])
+        let row = try #require(try db.first("SELECT row FROM host_devices WHERE device = ?", [.text(device)]) { $0.string(0) })
+        return try JSONDecoder().decode(Tally.self, from: Data(row.utf8)).applied
+    }
+
+    var gaps: [StreamGap] {
+        consumerBus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+            .compactMap { if case .streamGap(let gap) = $0.body { gap } else { nil } }
+    }
+}
+
+@Suite struct GapRepairTests {
+    @Test func aGapIsFilledFromTheProducersLogAndWhatCameAfterItWaits() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...10)
+        #expect(sent.count == 10)
+        // The broker forgets 4…7; 8, 9 and 10 arrive.
+        h.deliver(Array(sent[0..<3]) + Array(sent[7...]))
+        let request = try #require(h.requests.first)
+        #expect(h.requests.count == 1, "one request for the gap, not one per message behind it")
+        let args = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).args)
+        #expect(try args.decode(RepairRequest.self) == RepairRequest(epoch: h.producer.epoch, after: 3, through: 7))
+        try h.answerNewestRequest()
+        #expect(h.gaps.isEmpty)
+        #expect(try h.applied("d") == Array(1...10))
+    }
+
+    @Test func noGapNoRequest() throws {
+        let h = try RepairHarness()
+        h.deliver(h.produce("d", 1...50))
+        h.clock.advance(by: .seconds(60))
+        h.tick()
+        #expect(h.requests.isEmpty)
+        #expect(try h.applied("d") == Array(1...50))
+    }
+
+    @Test func whatTheProducerNoLongerHasIsReportedOnceAndSkipped() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...10)
+        h.deliver(Array(sent[0..<3]) + Array(sent[7...]))
+        // The producer answers with nothing: its log was trimmed past the range.
+        let request = try #require(h.requests.last)
+        let id = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).id)
+        let empty = CommandReply.success(id: id, try JSONValue(encoding: RepairAnswer(messages: [], more: false)))
+        h.deliver([MQTTMessage(topic: request.responseTopic!, payload: Array(JSONCoding.encode(empty)))])
+        #expect(h.gaps == [StreamGap(stream: "points", from: 4, to: 7, reason: .trimmed)])
+        #expect(try h.applied("d") == [1, 2, 3, 8, 9, 10])
+    }
+
+    @Test func aProducerThatDoesNotAnswerIsAskedAgainThenTheGapIsReported() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...10)
+        h.deliver(Array(sent[0..<3]) + Array(sent[7...]))
+        h.clock.advance(by: .seconds(2))
+        h.tick()
+        #expect(h.requests.count == 1)
+        h.clock.advance(by: .seconds(1))
+        h.tick()
+        #expect(h.requests.count == 2, "asked again after repairRetrySec")
+        #expect(Set(h.requests.map(\.payload)).count == 1, "the same request: a late answer to the first still counts")
+        h.clock.advance(by: .seconds(27))
+        h.tick()
+        #expect(h.gaps == [StreamGap(stream: "points", from: 4, to: 7, reason: .noAnswer)])
+        #expect(try h.applied("d") == [1, 2, 3, 8, 9, 10])
+    }
+
+    @Test func aLostTailIsFoundFromTheProducersTipAfterTheGrace() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...10)
+        h.deliver(Array(sent[0..<6]))
+        let tips = Health(service: "filter", status: .online, version: "t", startedMs: 0, timeMs: 0,
+                          streams: ["points": StreamTips(epoch: h.producer.epoch, tips: ["d": 10, "other": 0])])
+        h.deliver([MQTTMessage(topic: "tracker/_health/filter", payload: Array(JSONCoding.encode(tips)), retain: true)])
+        h.tick()
+        #expect(h.requests.isEmpty, "a tip may overtake its own messages: no request within the grace")
+        h.clock.advance(by: .seconds(2))
+        h.tick()
+        try h.answerNewestRequest()
+        #expect(h.gaps.isEmpty)
+        #expect(try h.applied("d") == Array(1...10))
+    }
+
+    @Test func aTipOfAnotherEpochOrOneAlreadyReachedAsksNothing() throws {
+        let h = try RepairHarness()
+        h.deliver(h.produce("d", 1...10))
+        for (epoch, tip) in [(h.producer.epoch, Int64(10)), ("an-old-store", 99)] {
+            let health = Health(service: "filter", status: .online, version: "t", startedMs: 0, timeMs: 0,
+                                streams: ["points": StreamTips(epoch: epoch, tips: ["d": tip])])
+            h.deliver([MQTTMessage(topic: "tracker/_health/filter", payload: Array(JSONCoding.encode(health)))])
+        }
+        h.clock.advance(by: .seconds(5))
+        h.tick()
+        #expect(h.requests.isEmpty)
+    }
+
+    @Test func aProducerWhoseStoreWasReplacedEndsTheRepairLoudly() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...10)
+        h.deliver(Array(sent[0..<3]) + Array(sent[7...]))
+        let request = try #require(h.requests.last)
+        let id = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).id)
+        let refused = CommandReply.failure(id: id, CommandError(.notFound, "epoch: replaced"))
+        h.deliver([MQTTMessage(topic: request.responseTopic!, payload: Array(JSONCoding.encode(refused)))])
+        #expect(h.gaps == [StreamGap(stream: "points", from: 4, to: 7, reason: .producerReset)])
+        #expect(try h.applied("d") == [1, 2, 3, 8, 9, 10])
+    }
+
+    @Test func aSecondGapAmongTheHeldMessagesIsRepairedInTurn() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...12)
+        // Lost: 3…4 and 8…9.
+        h.deliver(Array(sent[0..<2]) + Array(sent[4..<7]) + Array(sent[9...]))
+        try h.answerNewestRequest()
+        #expect(h.requests.count == 2)
+        try h.answerNewestRequest()
+        #expect(h.gaps.isEmpty)
+        #expect(try h.applied("d") == Array(1...12))
+    }
+
+    @Test func theProducerAnswersARepairInPagesWithinItsReplyBound() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...6_000)
+        h.deliver([sent[0], sent[5_999]])
+        var rounds = 0
+        while rounds < h.requests.count, rounds < 10 {
+            try h.answerNewestRequest()
+            rounds += 1
+        }
+        #expect(rounds == 2, "5,000 messages a page at most")
+        #expect(try h.applied("d") == Array(1...6_000))
+    }
+
+    @Test func theProducerRefusesARangeOfAnotherEpochOrUpsideDown() throws {
+        let h = try RepairHarness()
+        _ = h.produce("d", 1...3)
+        for (args, code) in [(RepairRequest(epoch: "other", after: 0, through: 3), "notFound"),
+                             (RepairRequest(epoch: h.producer.epoch, after: 3, through: 1), "badInput")] {
+            let request = MQTTMessage(topic: "tracker/d/cmd/repairPoints", payload: Array(JSONCoding.encode(
+                CommandRequest(id: .string("x"), args: try JSONValue(encoding: args)))), responseTopic: "r/x")
+            h.producerBus.clear()
+            h.producer.receive(request)
+            #expect(h.producer.commit())
+            let reply = try #require(h.producerBus.waitForMessage { $0.topic == "r/x" })
+            #expect(try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).code == code)
+        }
+    }
+}
