@@ -20,7 +20,8 @@ public final class Constellation: @unchecked Sendable {
     public let passwords: [String: String]
 
     /// `config` per service is merged over a fast health interval.
-    public init(logins: Bool = false, config: [String: [String: Any]] = [:], web: Bool = false,
+    /// `persistentBroker: false` runs a broker that keeps nothing across a restart.
+    public init(logins: Bool = false, config: [String: [String: Any]] = [:], web: Bool = false, persistentBroker: Bool = true,
                 binaryDirectory: URL = ServiceHarness.binaryDirectory) throws {
         var passwords: [String: String] = [:]
         if logins {
@@ -33,7 +34,7 @@ public final class Constellation: @unchecked Sendable {
             passwords["tracker-map"] = UUID().uuidString
         }
         self.passwords = passwords
-        broker = try TestBroker(persistent: true,
+        broker = try TestBroker(persistent: persistentBroker,
                                 accounts: logins ? .init(passwords, aclFile: Repository.root.appendingPathComponent("config/acl").path) : nil,
                                 messageSizeLimit: logins ? TestBroker.productMessageSizeLimit : nil,
                                 webDirectory: web ? Repository.root.appendingPathComponent("web").path : nil)
