@@ -4,7 +4,7 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE"
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE"
 
 /// The positive whole number at `arguments[index]`, or `fallback` when
 /// there is none. Anything else is refused by name: a word was read as the
@@ -38,6 +38,8 @@ do {
                                    seconds: try positiveArgument(2, default: 20))
     case "constellation":
         try await ConstellationBench.run(count: count)
+    case "repair":
+        try await RepairBench.run(count: try positiveArgument(1, default: 8_000))
     case "demo-recording" where arguments.count == 2:
         try DemoRecording.write(to: arguments[1])
     case "picture" where arguments.count == 2:
