@@ -51,6 +51,10 @@ public final class MQTTClient: @unchecked Sendable {
         var requests: [[UInt8]: CheckedContinuation<MQTTMessage, any Error>] = [:]
         var connectCount = 0
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Connected, and libmosquitto's resends of the messages the last
+        /// connection left unacknowledged are queued: new QoS 1 messages may
+        /// go to the library. Until then they wait in `backlog`, in order.
+        var resendsQueued = false
     }
 
     public init(_ options: MQTTOptions) throws {
@@ -90,7 +94,12 @@ public final class MQTTClient: @unchecked Sendable {
         mosquitto_publish_v5_callback_set(mosq, onPublishCallback)
         mosquitto_subscribe_v5_callback_set(mosq, onSubscribeCallback)
         mosquitto_message_v5_callback_set(mosq, onMessageCallback)
-        loop.setBeforeAcknowledging { [weak self] in self?.state.withLock { $0.beforeAcknowledging }?() ?? true }
+        loop.setBeforeAcknowledging { [weak self] in
+            guard let self else { return true }
+            let stored = state.withLock { $0.beforeAcknowledging }?() ?? true
+            releaseAfterConnect()
+            return stored
+        }
         loop.setConnector { [weak self] in self?.connectOnce() ?? MOSQ_ERR_INVAL.rawValue }
         loop.logger = options.logger
     }
@@ -254,7 +263,10 @@ public final class MQTTClient: @unchecked Sendable {
         let ack = acknowledged ?? { _ in }
         let rc: Int32 = state.withLock { s in
             // Behind a backlog, wait in line: order matters to consumers that skip old seqs.
-            guard s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
+            // Until a new connection's resends are queued, wait too: libmosquitto resends
+            // the last connection's unacknowledged messages only once the CONNACK is read,
+            // and a message handed to it before would overtake them.
+            guard s.resendsQueued, s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
                 s.backlog.append(message, ack)
                 return MOSQ_ERR_SUCCESS.rawValue
             }
@@ -437,9 +449,30 @@ public final class MQTTClient: @unchecked Sendable {
         waiters.values.forEach { $0.resume() }
     }
 
+    /// After the read that took a CONNACK (libmosquitto queues its resends
+    /// right after calling back): the messages that waited go to the library, in order.
+    private func releaseAfterConnect() {
+        state.withLock { s in
+            guard s.connected, !s.resendsQueued else { return }
+            s.resendsQueued = true
+            releaseBacklog(in: &s)
+        }
+    }
+
+    /// Hands waiting messages to the library while there is room, oldest first.
+    private func releaseBacklog(in s: inout State) {
+        while s.resendsQueued, s.acks.count < Self.maxOutstanding, let (message, next) = s.backlog.first {
+            let rc = send(message, registering: next, in: &s)
+            s.backlog.removeFirst()
+            if rc != MOSQ_ERR_SUCCESS.rawValue {
+                next(.failure(.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))))
+            }
+        }
+    }
+
     fileprivate func handleDisconnect(rc: Int32) {
         let (wasConnected, closing, pending) = state.withLock { s in
-            defer { s.connected = false }
+            defer { s.connected = false; s.resendsQueued = false }
             return (s.connected, s.closing, s.acks.count + s.backlog.count)
         }
         if wasConnected, !closing {
@@ -455,13 +488,7 @@ public final class MQTTClient: @unchecked Sendable {
         let (ack, drained) = state.withLock { s in
             let ack = s.acks.removeValue(forKey: mid)
             // Room again: hand the next waiting messages to the library, in order.
-            while s.acks.count < Self.maxOutstanding, let (message, next) = s.backlog.first {
-                let rc = send(message, registering: next, in: &s)
-                s.backlog.removeFirst()
-                if rc != MOSQ_ERR_SUCCESS.rawValue {
-                    next(.failure(.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))))
-                }
-            }
+            releaseBacklog(in: &s)
             var drained: [CheckedContinuation<Void, Never>] = []
             if s.acks.isEmpty && s.backlog.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
             return (ack, drained)
