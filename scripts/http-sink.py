@@ -2,15 +2,24 @@
 """A local HTTP sink for the uploader: answers POSTs as scripted and keeps
 every body it accepted, one JSON line each.
 
-  http-sink.py PORT OUT.jsonl [STATUS ...]
+  http-sink.py [--bind ADDRESS] PORT OUT.jsonl [STATUS ...]
+
+It listens on 127.0.0.1 unless --bind says otherwise (compose's `sink`
+binds 0.0.0.0, to be reached from the uploader's container). A GET answers
+200 and is not kept (a health check). SIGTERM ends it at once, as PID 1 of
+a container too.
 
 Each request takes the next STATUS from the list (`200`, `500`, `401`,
 `429:30` for a Retry-After of 30 s, `slow:5` to stall 5 s then answer 200);
 when the list is used up every request gets 200. Bodies of 2xx answers are
 appended to OUT.jsonl."""
-import http.server, sys, threading, time
+import http.server, signal, sys, threading, time
 
-port, out, script = int(sys.argv[1]), sys.argv[2], list(sys.argv[3:])
+args = sys.argv[1:]
+bind = "127.0.0.1"
+if args[:1] == ["--bind"]:
+    bind, args = args[1], args[2:]
+port, out, script = int(args[0]), args[1], list(args[2:])
 lock = threading.Lock()
 
 
@@ -35,8 +44,15 @@ class Sink(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", "0")
         self.end_headers()
 
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def log_message(self, *args):
         pass
 
 
-http.server.ThreadingHTTPServer(("127.0.0.1", port), Sink).serve_forever()
+# A process's default for SIGTERM is ignored when it is a container's PID 1.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+http.server.ThreadingHTTPServer((bind, port), Sink).serve_forever()

@@ -92,6 +92,7 @@ import Testing
         for service in ["filter", "motion", "track", "uploader"] {
             let health = try await constellation.waitHealth(service, description: "\(service) health") { _ in true }
             #expect((health.counters?["streamGaps"] ?? 0) == 0, "\(service): \(health.counters ?? [:])")
+            #expect(health.counters?["repairsPending"] == nil, "\(service): a repair still waits: \(health.counters ?? [:])")
             repaired[service] = health.counters?["repaired"] ?? 0
         }
         print("exactly once, \(event.rawValue): \(published) fixes over \(devices.count) devices, \(acceptedTotal) accepted; repaired \(repaired)")
