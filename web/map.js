@@ -148,7 +148,10 @@
   }
   const url = (location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host;
   const clientId = settings.user;  // the broker names the connection after its account anyway
-  const replyTopic = `${settings.prefix}/_map/${clientId}/reply`;
+  // Only this account may read its area (config/acl); the random part keeps
+  // any device from aiming an answer at this page's requests.
+  const pageKey = Array.from(crypto.getRandomValues(new Uint8Array(12)), b => b.toString(16).padStart(2, '0')).join('');
+  const replyTopic = `${settings.prefix}/_map/${clientId}/${pageKey}/reply`;
   const client = mqttlib.default.connect(url, {
     protocolVersion: 5, username: settings.user, password: settings.password, clientId, clean: true, reconnectPeriod: 3000,
   });

@@ -39,7 +39,9 @@ public final class MQTTClient: @unchecked Sendable {
         var beforeAcknowledging: (@Sendable () -> Bool)?
         var connectWaiters: [Int: CheckedContinuation<Void, any Error>] = [:]
         var nextWaiterID = 0
-        var acks: [Int32: Acknowledgement] = [:]
+        /// Each QoS 1 message handed to the library, by message id: its topic (to name a refusal) and its closure.
+        var acks: [Int32: (topic: String, ack: Acknowledgement)] = [:]
+        var onRefused: (@Sendable (_ topic: String, _ code: Int32) -> Void)?
         /// Waiting for room below `maxOutstanding`, oldest first.
         var backlog = Backlog()
         var subscribeWaiters: [Int32: (filters: [String], continuation: CheckedContinuation<Void, any Error>)] = [:]
@@ -133,6 +135,12 @@ public final class MQTTClient: @unchecked Sendable {
     /// broker redelivers every message of the batch.
     public func setBeforeAcknowledging(_ hook: @escaping @Sendable () -> Bool) {
         state.withLock { $0.beforeAcknowledging = hook }
+    }
+
+    /// Called (on the network thread) for every QoS 1 message the broker
+    /// refuses for good, with its topic and reason code.
+    public func setOnRefused(_ hook: @escaping @Sendable (_ topic: String, _ code: Int32) -> Void) {
+        state.withLock { $0.onRefused = hook }
     }
 
     /// Asked before every read on the network thread; while it says false,
@@ -287,7 +295,7 @@ public final class MQTTClient: @unchecked Sendable {
         guard queued else { return rc }
         if message.qos == .atLeastOnce, let ack {
             if s.acks[mid] != nil { logger?.error("message id reused while its acknowledgement waits", ["mid": "\(mid)"]) }
-            s.acks[mid] = ack
+            s.acks[mid] = (message.topic, ack)
         }
         return MOSQ_ERR_SUCCESS.rawValue
     }
@@ -485,18 +493,20 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     fileprivate func handlePublished(mid: Int32, reasonCode: Int32) {
-        let (ack, drained) = state.withLock { s in
-            let ack = s.acks.removeValue(forKey: mid)
+        let (sent, onRefused, drained) = state.withLock { s in
+            let sent = s.acks.removeValue(forKey: mid)
             // Room again: hand the next waiting messages to the library, in order.
             releaseBacklog(in: &s)
             var drained: [CheckedContinuation<Void, Never>] = []
             if s.acks.isEmpty && s.backlog.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
-            return (ack, drained)
+            return (sent, s.onRefused, drained)
         }
         if reasonCode >= 0x80 {
-            ack?(.failure(.library(operation: "publish", code: reasonCode, message: String(cString: mosquitto_reason_string(reasonCode)))))
+            // Final: the library forgot it with this PUBACK, so it is never resent.
+            if let sent { onRefused?(sent.topic, reasonCode) }
+            sent?.ack(.failure(.publishRefused(topic: sent?.topic ?? "?", code: reasonCode)))
         } else {
-            ack?(.success(()))
+            sent?.ack(.success(()))
         }
         drained.forEach { $0.resume() }
     }
@@ -527,7 +537,7 @@ public final class MQTTClient: @unchecked Sendable {
             var acks: [Acknowledgement] = []
             var drains: [CheckedContinuation<Void, Never>] = []
             if includingAcknowledgements {
-                acks = Array(s.acks.values) + s.backlog.drain()
+                acks = s.acks.values.map(\.ack) + s.backlog.drain()
                 s.acks = [:]
                 drains = s.drainWaiters
                 s.drainWaiters = []

@@ -39,6 +39,9 @@ public enum MQTTError: Error, CustomStringConvertible, Sendable, Equatable {
     case connectionLost(operation: String)
     case subscriptionRejected(filter: String, code: Int32)
     case invalidTopic(String)
+    /// The broker refused a QoS 1 message for good (PUBACK reason code ≥ 0x80,
+    /// such as 0x87 not authorized): it is not sent again.
+    case publishRefused(topic: String, code: Int32)
 
     public var description: String {
         switch self {
@@ -49,6 +52,7 @@ public enum MQTTError: Error, CustomStringConvertible, Sendable, Equatable {
         case .connectionLost(let op): "MQTT \(op): connection lost before completion"
         case .subscriptionRejected(let filter, let code): "broker rejected subscription \(filter) (\(code))"
         case .invalidTopic(let topic): "invalid topic '\(topic)'"
+        case .publishRefused(let topic, let code): "broker refused the message on \(topic) (\(code))"
         }
     }
 }

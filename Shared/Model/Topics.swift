@@ -9,6 +9,7 @@ extension Topics.Parsed {
         case .motion(let d): (d, "motion")
         case .activity(let d): (d, "activity")
         case .ownTracks(let d): (d, "owntracks")
+        case .ownTracksSubtopic(let d, _): (d, "owntracksSubtopic")
         case .events(let d): (d, "events")
         case .command, .invalidDevice, .other: nil
         }
@@ -48,6 +49,15 @@ public struct Topics: Sendable, Equatable {
     public func allCommands(named name: String) -> String { "\(prefix)/+/cmd/\(name)" }
     public var anyCommand: String { "\(prefix)/+/cmd/+" }
     public var allOwnTracks: String { "\(ownTracksPrefix)/+/+" }
+    /// The apps' sub-topics (`owntracks/{user}/{device}/event`, `/cmd`, `/waypoint`, …).
+    public var allOwnTracksSubtopics: String { "\(ownTracksPrefix)/+/+/+" }
+
+    /// The OwnTracks user (the app's login) a topic of the apps belongs to.
+    public func ownTracksUser(_ topic: String) -> String? {
+        let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
+        guard levels.count >= 3, levels[0] == Substring(ownTracksPrefix) else { return nil }
+        return String(levels[1])
+    }
 
     /// What an incoming topic names, once its device segment is checked.
     public enum Parsed: Equatable, Sendable {
@@ -59,6 +69,8 @@ public struct Topics: Sendable, Equatable {
         case events(DeviceID)
         case command(DeviceID, name: String)
         case ownTracks(DeviceID)
+        /// `owntracks/{user}/{device}/{sub}`: transitions, waypoints, commands, status.
+        case ownTracksSubtopic(DeviceID, String)
         /// A topic of ours whose device segment is not a valid id.
         case invalidDevice(String)
         case other
@@ -79,9 +91,9 @@ public struct Topics: Sendable, Equatable {
         let last = topic[start...]
         switch count { case 0: levels.0 = last; case 1: levels.1 = last; case 2: levels.2 = last; default: levels.3 = last }
         count += 1
-        if count == 3, levels.0 == ownTracksPrefix {
+        if count >= 3, levels.0 == ownTracksPrefix {
             guard let id = DeviceID("\(levels.1).\(levels.2)") else { return .invalidDevice("\(levels.1).\(levels.2)") }
-            return .ownTracks(id)
+            return count == 3 ? .ownTracks(id) : .ownTracksSubtopic(id, String(levels.3))
         }
         guard count >= 3, levels.0 == prefix else { return .other }
         let segment = String(levels.1)

@@ -62,12 +62,29 @@ struct CommandReplyMessage: Error {
 }
 
 extension Topics {
-    /// Whether a client may have replies sent to `topic`: anything outside
-    /// this deployment's tree, or a `reply` topic inside it — never an
-    /// internal or event topic (a forged response topic must not turn a
-    /// service into a publisher of `raw`, `points` or someone's `events`).
-    public func isReplyTopic(_ topic: String) -> Bool {
-        guard topic.hasPrefix(prefix + "/") else { return !topic.isEmpty && !topic.contains("+") && !topic.contains("#") }
-        return topic.split(separator: "/", omittingEmptySubsequences: false).dropFirst(2).contains("reply")
+    /// Whether a command for `device` may have its reply sent to `topic`:
+    /// only where the service may publish and the one who asked may read.
+    /// - `{prefix}/{device}/reply/…`: the command's own device (its ACL reads it);
+    /// - `{prefix}/_map/{page}/…`: a map page's own area (only that page reads it);
+    /// - `{prefix}/_ctl/{client}/…`: an operator tool's area (only operators read it);
+    /// - `{prefix}/_repair/reply/{instance}`: a service's repair answers;
+    /// - outside the prefix, only below one of `outside` (the deployment's
+    ///   `replyTopicPrefixes`; none by default).
+    /// Never an internal or event topic, another device's replies, a wildcard
+    /// or `$SYS`: a forged response topic must not turn a service into a
+    /// publisher of what its account may not write, or into anyone's inbox.
+    public func mayReply(to topic: String, for device: String, outside: [String] = []) -> Bool {
+        guard !topic.isEmpty, !topic.contains("+"), !topic.contains("#"), !topic.hasPrefix("$"), topic.utf8.count <= 512 else { return false }
+        let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
+        guard !levels.contains(where: \.isEmpty) else { return false }
+        guard levels.first == Substring(prefix) else {
+            return outside.contains { topic.hasPrefix($0.hasSuffix("/") ? $0 : $0 + "/") }
+        }
+        guard levels.count >= 3 else { return false }
+        switch levels[1] {
+        case "_map", "_ctl": return levels.count >= 4
+        case "_repair": return levels.count == 4 && levels[2] == "reply"
+        default: return levels[1] == Substring(device) && levels[2] == "reply" && levels.count >= 4
+        }
     }
 }

@@ -24,7 +24,15 @@ public struct ServiceContext: Sendable {
     /// `{dataDir}/{instance}.sqlite`, creating the directory.
     public func databasePath() throws -> String {
         do {
-            try FileManager.default.createDirectory(atPath: settings.dataDir, withIntermediateDirectories: true)
+            // 0700: the stores are the service's alone.
+            try FileManager.default.createDirectory(atPath: settings.dataDir, withIntermediateDirectories: true,
+                                                    attributes: [.posixPermissions: 0o700])
+            // One an earlier version made 0755 is tightened too, if it is ours.
+            let attributes = try FileManager.default.attributesOfItem(atPath: settings.dataDir)
+            if (attributes[.ownerAccountID] as? NSNumber)?.uint32Value == getuid(),
+               let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {
+                try FileManager.default.setAttributes([.posixPermissions: mode & 0o700], ofItemAtPath: settings.dataDir)
+            }
         } catch {
             throw ConfigError("dataDir", "cannot create \(settings.dataDir): \(error.localizedDescription)")
         }
@@ -81,13 +89,18 @@ public enum ServiceRunner {
                                    logger: context.logger, counters: counters, clock: context.clock,
                                    cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
                                    maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000,
-                                   instance: settings.instance, repair: settings.repair)
+                                   instance: settings.instance, repair: settings.repair,
+                                   replyTopicPrefixes: settings.replyTopicPrefixes)
         } catch {
             FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
             return 2
         }
         let logger = context.logger
 
+        // A message the broker refuses is final: counted, said once a minute per topic, never resent.
+        let refusals = RefusalLog(logger: logger, counters: counters)
+        output.setOnRefused { refusals.note(topic: $0, code: $1) }
+        client.setOnRefused { refusals.note(topic: $0, code: $1) }
         client.setHandler { host.receive($0) }
         client.setBeforeAcknowledging { host.commit() }
         client.setPeriodic(every: tickInterval) { host.tick() }
@@ -138,6 +151,28 @@ public enum ServiceRunner {
         host.close()
         logger.info("stopped")
         return 0
+    }
+}
+
+/// Messages the broker refused: health's `denied`, and one log line per
+/// topic a minute at most (a flood of refusals must not flood the log).
+final class RefusalLog: Sendable {
+    private let logger: Logger
+    private let counters: HealthCounters
+    private let lastLogged = Mutex<[String: ContinuousClock.Instant]>([:])
+
+    init(logger: Logger, counters: HealthCounters) { self.logger = logger; self.counters = counters }
+
+    func note(topic: String, code: Int32) {
+        counters.count("denied")
+        let now = ContinuousClock.now
+        let log = lastLogged.withLock { seen -> Bool in
+            if seen.count > 1_000 { seen.removeAll() }
+            guard seen[topic].map({ now - $0 >= .seconds(60) }) ?? true else { return false }
+            seen[topic] = now
+            return true
+        }
+        if log { logger.warning("the broker refused a message; it is not sent again", ["mqtt.topic": String(topic.prefix(200)), "code": "\(code)"]) }
     }
 }
 

@@ -166,6 +166,10 @@ public struct CommonSettings: Sendable {
     public var sqliteCacheMB: Int
     /// How gaps in the internal streams are repaired (`repairTimeoutSec`, `repairRetrySec`).
     public var repair: RepairSettings
+    /// Topic prefixes outside `topicPrefix` that command replies may be sent
+    /// to (comma-separated; none by default): the service's output account
+    /// must be allowed to publish there, and only the asker should read it.
+    public var replyTopicPrefixes: [String]
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -199,5 +203,15 @@ public struct CommonSettings: Sendable {
             throw ConfigError("repairRetrySec", "must not exceed repairTimeoutSec (\(repairTimeout)), got \(repairRetry)")
         }
         repair = RepairSettings(retryMs: Int64(repairRetry * 1000), timeoutMs: Int64(repairTimeout * 1000))
+        let prefix = topicPrefix
+        replyTopicPrefixes = try reader.optionalString("replyTopicPrefixes").map { list in
+            try list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map { allowed in
+                guard !allowed.contains(where: { "+#".contains($0) }), !allowed.hasPrefix("$"), !allowed.hasPrefix("/"),
+                      allowed.split(separator: "/").first.map(String.init) != prefix else {
+                    throw ConfigError("replyTopicPrefixes", "each must be a topic prefix without + # or a leading $ or /, outside '\(prefix)/', got '\(allowed.prefix(120))'")
+                }
+                return allowed
+            }
+        } ?? []
     }
 }

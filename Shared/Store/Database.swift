@@ -20,6 +20,9 @@ public final class Database {
     /// queries beside the writer (WAL lets it read while the writer writes).
     public init(path: String, readOnly: Bool = false, cacheKB: Int = 5_000) throws {
         var db: OpaquePointer?
+        // Created 0600 by us, not 0644 by SQLite: the -wal and -shm files take the
+        // database's own mode, and a store may hold secrets (the uploader's headers).
+        if !readOnly { Self.createPrivately(path) }
         let flags = (readOnly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) | SQLITE_OPEN_NOMUTEX
         let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
@@ -176,6 +179,16 @@ public final class Database {
 
     /// Opens a transaction that stays open across calls until `commitBatch`:
     /// several messages, one commit. Does nothing if one is open already.
+    /// Makes the file 0600 if it does not exist yet; an existing one of ours is tightened to 0600.
+    static func createPrivately(_ path: String) {
+        guard path != ":memory:", !path.isEmpty else { return }
+        let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
+        if fd >= 0 { close(fd); return }
+        // Present already: a store an earlier version made 0644 loses the group and world bits.
+        var info = stat()
+        if stat(path, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 != 0 { _ = chmod(path, info.st_mode & 0o700) }
+    }
+
     public func openBatch() throws {
         guard transactionDepth == 0 else { return }
         try execute("BEGIN IMMEDIATE")

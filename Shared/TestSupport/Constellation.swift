@@ -21,7 +21,9 @@ public final class Constellation: @unchecked Sendable {
 
     /// `config` per service is merged over a fast health interval.
     /// `persistentBroker: false` runs a broker that keeps nothing across a restart.
+    /// With logins, `accounts` adds device or page accounts (name → password), and `aclFile` replaces `config/acl`.
     public init(logins: Bool = false, config: [String: [String: Any]] = [:], web: Bool = false, persistentBroker: Bool = true,
+                accounts: [String: String] = [:], aclFile: String? = nil,
                 binaryDirectory: URL = ServiceHarness.binaryDirectory) throws {
         var passwords: [String: String] = [:]
         if logins {
@@ -32,10 +34,11 @@ public final class Constellation: @unchecked Sendable {
             }
             passwords["trackerctl"] = UUID().uuidString
             passwords["tracker-map"] = UUID().uuidString
+            passwords.merge(accounts) { _, added in added }
         }
         self.passwords = passwords
         broker = try TestBroker(persistent: persistentBroker,
-                                accounts: logins ? .init(passwords, aclFile: Repository.root.appendingPathComponent("config/acl").path) : nil,
+                                accounts: logins ? .init(passwords, aclFile: aclFile ?? Repository.root.appendingPathComponent("config/acl").path) : nil,
                                 messageSizeLimit: logins ? TestBroker.productMessageSizeLimit : nil,
                                 webDirectory: web ? Repository.root.appendingPathComponent("web").path : nil)
         var services: [String: ServiceHarness] = [:]

@@ -111,7 +111,7 @@ public enum TestClient {
     /// Sends a command with a v5 response topic and returns the decoded reply.
     public static func command(_ client: MQTTClient, topics: Topics = Topics(), device: String, _ name: String,
                                args: JSONValue? = nil, timeout: Double = 10) async throws -> CommandReply {
-        let responseTopic = "\(topics.prefix)/_test/\(client.options.clientID)/reply"
+        let responseTopic = "\(topics.prefix)/_ctl/\(client.options.clientID)/reply"
         try await client.subscribe([responseTopic])
         let request = CommandRequest(id: .string(UUID().uuidString), args: args)
         let reply = try await client.request(

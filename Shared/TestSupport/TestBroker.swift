@@ -18,11 +18,30 @@ public final class TestBroker: @unchecked Sendable {
     /// `persistent`: the broker saves its sessions and queues to disk when it
     /// stops (as the product's brokers do), so `restart(graceful: true)` keeps them.
     /// Accounts for a broker with access control: name → password.
+    /// With accounts the broker runs the product's own `config/mosquitto-logins.conf`.
     public struct Accounts: Sendable {
         public var passwords: [String: String]
         /// The ACL file (the product's `config/acl` unless a test brings its own).
         public var aclFile: String
-        public init(_ passwords: [String: String], aclFile: String) { self.passwords = passwords; self.aclFile = aclFile }
+        /// The accounts that may log in on the operators' listener (by default those named `trackerctl…`).
+        public var operators: Set<String>
+        public init(_ passwords: [String: String], aclFile: String, operators: Set<String>? = nil) {
+            self.passwords = passwords; self.aclFile = aclFile
+            self.operators = operators ?? Set(passwords.keys.filter { $0.hasPrefix("trackerctl") })
+        }
+    }
+
+    /// `passwords` (every account) and `operators` (the operators' listener), made with mosquitto_passwd.
+    private static func writePasswords(_ accounts: Accounts, in directory: URL) throws {
+        for (file, names) in [("passwords", Set(accounts.passwords.keys)), ("operators", accounts.operators)] {
+            let path = directory.appendingPathComponent(file).path
+            try "".write(toFile: path, atomically: true, encoding: .utf8)
+            for name in names.sorted() {
+                let tool = try ChildProcess(executable: "/usr/bin/mosquitto_passwd", arguments: ["-b", path, name, accounts.passwords[name]!],
+                                            logFile: directory.appendingPathComponent("passwd.log").path)
+                guard tool.wait(timeout: 10) == 0 else { throw TestSupportError("mosquitto_passwd failed for \(name)") }
+            }
+        }
     }
 
     /// The product brokers' `message_size_limit` (compose/mosquitto.conf,
@@ -36,50 +55,56 @@ public final class TestBroker: @unchecked Sendable {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
+        if let accounts { try Self.writePasswords(accounts, in: directory) }
         for _ in 0..<5 {
             let port = try freePort()
             let config = directory.appendingPathComponent("mosquitto.conf")
-            var access = "allow_anonymous true"
-            if let accounts {
-                let passwords = directory.appendingPathComponent("passwords")
-                try "".write(to: passwords, atomically: true, encoding: .utf8)
-                for (name, password) in accounts.passwords {
-                    let tool = try ChildProcess(executable: "/usr/bin/mosquitto_passwd", arguments: ["-b", passwords.path, name, password],
-                                                logFile: directory.appendingPathComponent("passwd.log").path)
-                    guard tool.wait(timeout: 10) == 0 else { throw TestSupportError("mosquitto_passwd failed for \(name)") }
-                }
-                access = "allow_anonymous false\npassword_file \(passwords.path)\nacl_file \(accounts.aclFile)"
-            }
-            if let messageSizeLimit { access += "\nmessage_size_limit \(messageSizeLimit)" }
-            // With logins, as in the product: the public listener names every
-            // connection after its account; the operator's listener keeps the
-            // client id asked for, so operator tools can run side by side.
-            var listeners = "listener \(port) 127.0.0.1"
             var operatorPort: Int32?
-            if accounts != nil {
-                operatorPort = try freePort()
-                listeners += "\nuse_username_as_clientid true\nlistener \(operatorPort!) 127.0.0.1"
-            }
             var webPort: Int32?
-            if let webDirectory {
-                webPort = try freePort()
-                listeners += "\nlistener \(webPort!) 127.0.0.1\nprotocol websockets\nhttp_dir \(webDirectory)"
-                if accounts != nil { listeners += "\nuse_username_as_clientid true" }
-            }
-            try """
-                \(listeners)
-                \(access)
-                max_queued_messages 0
-                max_inflight_messages 0
-                set_tcp_nodelay true
-                persistence \(persistent)
+            let common = """
                 persistence_location \(directory.path)/
                 # Started as root, mosquitto would switch to its own user, which cannot write here.
                 user \(NSUserName())
                 log_dest stderr
                 log_type error
                 log_type warning
-                """.write(to: config, atomically: true, encoding: .utf8)
+                """
+            if let accounts {
+                // The product's own broker configuration, on free ports and this directory's files.
+                operatorPort = try freePort()
+                webPort = try freePort()
+                var product = try String(contentsOf: Repository.root.appendingPathComponent("config/mosquitto-logins.conf"), encoding: .utf8)
+                for (from, to) in [("listener 1883 127.0.0.1", "listener \(port) 127.0.0.1"),
+                                   ("listener 1885 127.0.0.1", "listener \(operatorPort!) 127.0.0.1"),
+                                   ("listener 1886 127.0.0.1", "listener \(webPort!) 127.0.0.1"),
+                                   ("http_dir /usr/share/tracker/web", "http_dir \(webDirectory ?? Repository.root.appendingPathComponent("web").path)"),
+                                   ("password_file /etc/tracker/passwords", "password_file \(directory.path)/passwords"),
+                                   ("password_file /etc/tracker/operators", "password_file \(directory.path)/operators"),
+                                   ("acl_file /etc/tracker/acl", "acl_file \(accounts.aclFile)"),
+                                   ("persistence true", "persistence \(persistent)")] {
+                    guard product.contains(from) else { throw TestSupportError("config/mosquitto-logins.conf has no '\(from)' any more") }
+                    product = product.replacingOccurrences(of: from, with: to)
+                }
+                if let messageSizeLimit { product = product.replacingOccurrences(of: "message_size_limit 2097152", with: "message_size_limit \(messageSizeLimit)") }
+                try (product + "\n" + common + "\n").write(to: config, atomically: true, encoding: .utf8)
+                if webDirectory == nil { webPort = nil }
+            } else {
+                var listeners = "listener \(port) 127.0.0.1"
+                if let webDirectory {
+                    webPort = try freePort()
+                    listeners += "\nlistener \(webPort!) 127.0.0.1\nprotocol websockets\nhttp_dir \(webDirectory)"
+                }
+                try """
+                    \(listeners)
+                    allow_anonymous true
+                    \(messageSizeLimit.map { "message_size_limit \($0)" } ?? "")
+                    max_queued_messages 0
+                    max_inflight_messages 0
+                    set_tcp_nodelay true
+                    persistence \(persistent)
+                    \(common)
+                    """.write(to: config, atomically: true, encoding: .utf8)
+            }
             let executable = ["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/usr/bin/mosquitto"]
                 .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
             let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],

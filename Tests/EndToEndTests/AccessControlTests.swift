@@ -42,10 +42,6 @@ import Testing
         let observer = try await MessageCollector(port: broker.operatorPort, filters: ["tracker/#"], clientID: "trackerctl-\(UUID().uuidString.prefix(6))",
                                                   username: "trackerctl", password: Self.passwords["trackerctl"])
         try await observer.wait(description: "gateway online") { $0.contains { $0.topic == "tracker/_health/gateway" && $0.string.contains(#""online""#) } }
-        // devA listens to everything it may: "#" is granted, but the broker delivers only what devA may read.
-        // (On the operator's listener, so the rogue logins below as devA do not replace it; the ACL is the same.)
-        let listener = try await MessageCollector(port: broker.operatorPort, filters: ["#"], clientID: "devA-listen-\(UUID().uuidString.prefix(6))",
-                                                  username: "devA", password: Self.passwords["devA"])
         // As another device, onto an internal topic, a forged retained health, a command to another device: all dropped.
         for (topic, payload, retain) in [("tracker/devB/fixes", fix(1_790_000_000), false), ("tracker/devA/raw", "{}", false),
                                          ("tracker/_health/gateway", #"{"status":"online","service":"forged"}"#, true),
@@ -60,6 +56,11 @@ import Testing
         try await observer.wait(description: "devA's raw fix") { $0.contains { $0.topic == "tracker/devA/raw" } }
         let own = try await TestClientAs.command(a, device: "devA", "currentSession")
         #expect(own.ok)
+        await a.disconnect()
+        // devA listens to everything it may: "#" is granted, but the broker delivers only what devA may read.
+        // (A device logs in only where the broker names its connection after it: one devA connection at a time.)
+        let listener = try await MessageCollector(port: broker.port, filters: ["#"], clientID: "devA-listen-\(UUID().uuidString.prefix(6))",
+                                                  username: "devA", password: Self.passwords["devA"])
         // Another device's events, published by a service, never reach devA; its own do.
         let ctl = try await login("trackerctl")
         try await ctl.publishAndWait(MQTTMessage(topic: "tracker/devB/events", string: #"{"type":"probe","device":"devB","timeMs":1}"#))
@@ -72,7 +73,6 @@ import Testing
         #expect(!observer.messages.contains { $0.topic == "tracker/_health/gateway" && $0.string.contains("forged") })
         // A wrong password is no login at all.
         await #expect(throws: (any Error).self) { _ = try await login("devB", password: "wrong") }
-        await a.disconnect()
         await ctl.disconnect()
         await listener.close()
         await observer.close()

@@ -4,75 +4,77 @@ import Model
 import TestSupport
 import Testing
 
-/// The five services, a broker with the product's logins and ACL, and a
-/// local sink, as real processes: the demo recording end to end.
-@Suite(.serialized) struct ConstellationTests {
-    static let device = "demo-van"
+extension HeavySuites {
+    /// The five services, a broker with the product's logins and ACL, and a
+    /// local sink, as real processes: the demo recording end to end.
+    @Suite(.serialized) struct ConstellationTests {
+        static let device = "demo-van"
 
-    @Test func theDemoRecordingTellsItsStory() async throws {
-        let constellation = try Constellation(logins: true)
-        try await constellation.start()
-        defer { constellation.stop() }
-        let client = try await constellation.operatorClient()
-        let events = try await constellation.collector(["tracker/\(Self.device)/events"])
-        let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string(constellation.sinkURL)]))
-        #expect(synced.ok, "\(synced)")
-        try await Replay.armDemoFences(Self.device, with: client)
-        let fixes = try Fixtures.lines("demo-drive.jsonl")
-        try await Replay.publish(fixes, device: Self.device, with: client)
-        try await constellation.waitJudged(Int64(fixes.count))
+        @Test func theDemoRecordingTellsItsStory() async throws {
+            let constellation = try Constellation(logins: true)
+            try await constellation.start()
+            defer { constellation.stop() }
+            let client = try await constellation.operatorClient()
+            let events = try await constellation.collector(["tracker/\(Self.device)/events"])
+            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+                "url": .string(constellation.sinkURL)]))
+            #expect(synced.ok, "\(synced)")
+            try await Replay.armDemoFences(Self.device, with: client)
+            let fixes = try Fixtures.lines("demo-drive.jsonl")
+            try await Replay.publish(fixes, device: Self.device, with: client)
+            try await constellation.waitJudged(Int64(fixes.count))
 
-        // Accounting: every fix has one decision, accepted or rejected.
-        let decisions = try await Replay.decisions(of: Self.device, with: client)
-        #expect(decisions.count == fixes.count, "\(decisions.count) decisions for \(fixes.count) fixes")
-        #expect(Set(decisions.map(\.seq)).count == decisions.count)
-        let accepted = decisions.filter(\.accepted)
+            // Accounting: every fix has one decision, accepted or rejected.
+            let decisions = try await Replay.decisions(of: Self.device, with: client)
+            #expect(decisions.count == fixes.count, "\(decisions.count) decisions for \(fixes.count) fixes")
+            #expect(Set(decisions.map(\.seq)).count == decisions.count)
+            let accepted = decisions.filter(\.accepted)
 
-        // The track service stored every accepted point, and the sink got each.
-        try await Replay.waitCount(of: Self.device, accepted.count, with: client)
-        let sync = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
-        #expect(sync.ok, "\(sync)")
-        let sink = constellation.sink!.points()
-        let missing = accepted.filter { sink["\(Self.device):\($0.seq)"] == nil }
-        #expect(missing.isEmpty, "\(missing.count) accepted points missing at the sink")
+            // The track service stored every accepted point, and the sink got each.
+            try await Replay.waitCount(of: Self.device, accepted.count, with: client)
+            let sync = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
+            #expect(sync.ok, "\(sync)")
+            let sink = constellation.sink!.points()
+            let missing = accepted.filter { sink["\(Self.device):\($0.seq)"] == nil }
+            #expect(missing.isEmpty, "\(missing.count) accepted points missing at the sink")
 
-        // The story, in event time (the services publish independently):
-        // leaves the depot, reaches the customer, dwells (2 min), parks (the
-        // 5-min stop timeout), leaves, goes dark, passes the checkpoint.
-        let timeline = events.events().enumerated().sorted { ($0.element.timeMs, $0.offset) < ($1.element.timeMs, $1.offset) }.map(\.element)
-        let story = timeline.compactMap(Self.storyLine)
-        let expected = ["exit depot", "enter customer", "dwell customer", "motion stationary", "motion moving", "exit customer",
-                        "trackingGap", "enter checkpoint", "exit checkpoint"]
-        #expect(Self.contains(story, inOrder: expected), "story: \(story)")
-        #expect(story.filter { $0 == "trackingGap" }.count == 1, "story: \(story)")
-        #expect(story.filter { $0 == "dwell customer" }.count == 1, "story: \(story)")
-        // The dwell fires exactly its delay after the entry it follows.
-        let crossings = timeline.compactMap { event -> Crossing? in if case .geofence(let c) = event.body { c } else { nil } }
-        if let dwell = crossings.first(where: { $0.kind == .dwell }),
-           let entry = crossings.last(where: { $0.geofenceID == "customer" && $0.kind == .enter && $0.timeMs <= dwell.timeMs }) {
-            #expect(dwell.timeMs - entry.timeMs == 120_000)
+            // The story, in event time (the services publish independently):
+            // leaves the depot, reaches the customer, dwells (2 min), parks (the
+            // 5-min stop timeout), leaves, goes dark, passes the checkpoint.
+            let timeline = events.events().enumerated().sorted { ($0.element.timeMs, $0.offset) < ($1.element.timeMs, $1.offset) }.map(\.element)
+            let story = timeline.compactMap(Self.storyLine)
+            let expected = ["exit depot", "enter customer", "dwell customer", "motion stationary", "motion moving", "exit customer",
+                            "trackingGap", "enter checkpoint", "exit checkpoint"]
+            #expect(Self.contains(story, inOrder: expected), "story: \(story)")
+            #expect(story.filter { $0 == "trackingGap" }.count == 1, "story: \(story)")
+            #expect(story.filter { $0 == "dwell customer" }.count == 1, "story: \(story)")
+            // The dwell fires exactly its delay after the entry it follows.
+            let crossings = timeline.compactMap { event -> Crossing? in if case .geofence(let c) = event.body { c } else { nil } }
+            if let dwell = crossings.first(where: { $0.kind == .dwell }),
+               let entry = crossings.last(where: { $0.geofenceID == "customer" && $0.kind == .enter && $0.timeMs <= dwell.timeMs }) {
+                #expect(dwell.timeMs - entry.timeMs == 120_000)
+            }
+            await events.close()
+            await client.disconnect()
         }
-        await events.close()
-        await client.disconnect()
-    }
 
-    /// Whether `expected` appears in `lines` in this order (other lines between allowed).
-    static func contains(_ lines: [String], inOrder expected: [String]) -> Bool {
-        var next = 0
-        for line in lines where next < expected.count && line == expected[next] { next += 1 }
-        return next == expected.count
-    }
+        /// Whether `expected` appears in `lines` in this order (other lines between allowed).
+        static func contains(_ lines: [String], inOrder expected: [String]) -> Bool {
+            var next = 0
+            for line in lines where next < expected.count && line == expected[next] { next += 1 }
+            return next == expected.count
+        }
 
-    /// The events that tell the demo's story, one short line each.
-    static func storyLine(_ event: Event) -> String? {
-        switch event.body {
-        case .geofence(let crossing): "\(crossing.kind.rawValue) \(crossing.geofenceID)"
-        case .motionChange(let state, _): "motion \(state.rawValue)"
-        case .trackingGap: "trackingGap"
-        case .tripEnded: "tripEnded"
-        case .stopEnded: "stopEnded"
-        default: nil
+        /// The events that tell the demo's story, one short line each.
+        static func storyLine(_ event: Event) -> String? {
+            switch event.body {
+            case .geofence(let crossing): "\(crossing.kind.rawValue) \(crossing.geofenceID)"
+            case .motionChange(let state, _): "motion \(state.rawValue)"
+            case .trackingGap: "trackingGap"
+            case .tripEnded: "tripEnded"
+            case .stopEnded: "stopEnded"
+            default: nil
+            }
         }
     }
 }

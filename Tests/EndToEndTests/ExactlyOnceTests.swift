@@ -4,111 +4,113 @@ import Model
 import TestSupport
 import Testing
 
-/// The broker is not a durable log: restarted gracefully, killed, or without
-/// persistence, it forgets messages it acknowledged. Under the whole
-/// constellation (the motion → filter loop included) and several devices,
-/// every raw fix the gateway stored is judged exactly once, and every
-/// accepted point is stored once by track and delivered once to the sink:
-/// the consumers repair what the broker forgot from the producers' logs.
-@Suite(.serialized) struct ExactlyOnceTests {
-    enum BrokerEvent: String, CaseIterable, Sendable {
-        case gracefulRestart, killAndRestart, restartWithoutPersistence
-    }
-
-    @Test(arguments: BrokerEvent.allCases)
-    func everyStoredFixIsJudgedStoredAndDeliveredOnceWhateverTheBrokerForgets(_ event: BrokerEvent) async throws {
-        let constellation = try Constellation(config: ["uploader": ["logLevel": "warning"]],
-                                              persistentBroker: event != .restartWithoutPersistence)
-        try await constellation.start()
-        defer { constellation.stop() }
-        var client = try await constellation.operatorClient()
-        let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string(constellation.sinkURL), "batchSize": .number(500),
-            "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
-        #expect(synced.ok, "\(synced)")
-
-        // Four noisy drives, interleaved, published as fast as the broker takes them.
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let devices = (0..<4).map { "once-\(event.rawValue.prefix(8))-\($0)" }
-        let drives = try devices.indices.map { k in
-            try NoiseGenerator(seed: UInt64(k + 11)).apply(to: truth).map { String(decoding: try JSONEncoder().encode($0.fix), as: UTF8.self) }
+extension HeavySuites {
+    /// The broker is not a durable log: restarted gracefully, killed, or without
+    /// persistence, it forgets messages it acknowledged. Under the whole
+    /// constellation (the motion → filter loop included) and several devices,
+    /// every raw fix the gateway stored is judged exactly once, and every
+    /// accepted point is stored once by track and delivered once to the sink:
+    /// the consumers repair what the broker forgot from the producers' logs.
+    @Suite(.serialized) struct ExactlyOnceTests {
+        enum BrokerEvent: String, CaseIterable, Sendable {
+            case gracefulRestart, killAndRestart, restartWithoutPersistence
         }
-        let publisher = try await constellation.operatorClient()
-        var published = 0
-        for i in 0..<drives.map(\.count).max()! {
-            for (k, device) in devices.enumerated() where i < drives[k].count {
-                while publisher.inFlight > 1_000 { await Task.yield() }
-                try publisher.publish(MQTTMessage(topic: "tracker/\(device)/fixes", payload: Array(drives[k][i].utf8)))
-                published += 1
+
+        @Test(arguments: BrokerEvent.allCases)
+        func everyStoredFixIsJudgedStoredAndDeliveredOnceWhateverTheBrokerForgets(_ event: BrokerEvent) async throws {
+            let constellation = try Constellation(config: ["uploader": ["logLevel": "warning"]],
+                                                  persistentBroker: event != .restartWithoutPersistence)
+            try await constellation.start()
+            defer { constellation.stop() }
+            var client = try await constellation.operatorClient()
+            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+                "url": .string(constellation.sinkURL), "batchSize": .number(500),
+                "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
+            #expect(synced.ok, "\(synced)")
+
+            // Four noisy drives, interleaved, published as fast as the broker takes them.
+            let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+            let devices = (0..<4).map { "once-\(event.rawValue.prefix(8))-\($0)" }
+            let drives = try devices.indices.map { k in
+                try NoiseGenerator(seed: UInt64(k + 11)).apply(to: truth).map { String(decoding: try JSONEncoder().encode($0.fix), as: UTF8.self) }
             }
-            // A third in, the broker goes, with messages in flight on every stream.
-            if published == 2_000 {
-                switch event {
-                case .gracefulRestart, .restartWithoutPersistence: try constellation.broker.restart(graceful: true)
-                case .killAndRestart: try constellation.broker.restart(graceful: false)
+            let publisher = try await constellation.operatorClient()
+            var published = 0
+            for i in 0..<drives.map(\.count).max()! {
+                for (k, device) in devices.enumerated() where i < drives[k].count {
+                    while publisher.inFlight > 1_000 { await Task.yield() }
+                    try publisher.publish(MQTTMessage(topic: "tracker/\(device)/fixes", payload: Array(drives[k][i].utf8)))
+                    published += 1
+                }
+                // A third in, the broker goes, with messages in flight on every stream.
+                if published == 2_000 {
+                    switch event {
+                    case .gracefulRestart, .restartWithoutPersistence: try constellation.broker.restart(graceful: true)
+                    case .killAndRestart: try constellation.broker.restart(graceful: false)
+                    }
                 }
             }
-        }
-        await publisher.drain(timeout: .seconds(60))
-        await publisher.disconnect()
-        await client.disconnect()
-        client = try await constellation.operatorClient()
-        try await constellation.waitOnline(Constellation.services)
+            await publisher.drain(timeout: .seconds(60))
+            await publisher.disconnect()
+            await client.disconnect()
+            client = try await constellation.operatorClient()
+            try await constellation.waitOnline(Constellation.services)
 
-        // Converged within a deadline: each device's decisions cover its stored raw fixes.
-        let deadline = ContinuousClock.now + .seconds(120)
-        var acceptedTotal = 0
-        for (k, device) in devices.enumerated() {
-            var raw: [Replay.SeqRow] = [], decisions: [Replay.DecisionRow] = []
-            repeat {
-                raw = try await Replay.all("getRawFixes", of: device, with: client)
-                decisions = try await Replay.decisions(of: device, with: client)
-            } while Set(decisions.map(\.seq)) != Set(raw.map(\.seq)) && ContinuousClock.now < deadline
-            // The broker loses device fixes too: a killed one what it acknowledged since its last save, one
-            // without persistence every fix published before the gateway subscribed again. Not the product's to judge.
-            #expect(!raw.isEmpty, "\(device): the gateway stored none of \(drives[k].count) fixes")
-            #expect(decisions.count == raw.count && Set(decisions.map(\.seq)) == Set(raw.map(\.seq)),
-                    "\(device): \(decisions.count) decisions (\(Set(decisions.map(\.seq)).count) distinct) for \(raw.count) stored raw fixes; never judged: \(Self.ranges(Set(raw.map(\.seq)).subtracting(decisions.map(\.seq))))")
-            let accepted = Set(decisions.filter(\.accepted).map(\.seq))
-            acceptedTotal += accepted.count
-            var stored: [Replay.SeqRow] = []
-            repeat {
-                stored = try await Replay.all("getPoints", of: device, with: client)
-            } while stored.count < accepted.count && ContinuousClock.now < deadline
-            #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
-                    "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted; missing: \(Self.ranges(accepted.subtracting(stored.map(\.seq))))")
-        }
-        var sink: [String: Int] = [:]
-        while ContinuousClock.now < deadline {
-            _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
-            sink = constellation.sink!.points()
-            if sink.count >= acceptedTotal { break }
-        }
-        #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")
-        #expect(sink.values.allSatisfy { $0 == 1 }, "\(sink.values.filter { $0 > 1 }.count) points delivered more than once")
+            // Converged within a deadline: each device's decisions cover its stored raw fixes.
+            let deadline = ContinuousClock.now + .seconds(120)
+            var acceptedTotal = 0
+            for (k, device) in devices.enumerated() {
+                var raw: [Replay.SeqRow] = [], decisions: [Replay.DecisionRow] = []
+                repeat {
+                    raw = try await Replay.all("getRawFixes", of: device, with: client)
+                    decisions = try await Replay.decisions(of: device, with: client)
+                } while Set(decisions.map(\.seq)) != Set(raw.map(\.seq)) && ContinuousClock.now < deadline
+                // The broker loses device fixes too: a killed one what it acknowledged since its last save, one
+                // without persistence every fix published before the gateway subscribed again. Not the product's to judge.
+                #expect(!raw.isEmpty, "\(device): the gateway stored none of \(drives[k].count) fixes")
+                #expect(decisions.count == raw.count && Set(decisions.map(\.seq)) == Set(raw.map(\.seq)),
+                        "\(device): \(decisions.count) decisions (\(Set(decisions.map(\.seq)).count) distinct) for \(raw.count) stored raw fixes; never judged: \(Self.ranges(Set(raw.map(\.seq)).subtracting(decisions.map(\.seq))))")
+                let accepted = Set(decisions.filter(\.accepted).map(\.seq))
+                acceptedTotal += accepted.count
+                var stored: [Replay.SeqRow] = []
+                repeat {
+                    stored = try await Replay.all("getPoints", of: device, with: client)
+                } while stored.count < accepted.count && ContinuousClock.now < deadline
+                #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
+                        "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted; missing: \(Self.ranges(accepted.subtracting(stored.map(\.seq))))")
+            }
+            var sink: [String: Int] = [:]
+            while ContinuousClock.now < deadline {
+                _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
+                sink = constellation.sink!.points()
+                if sink.count >= acceptedTotal { break }
+            }
+            #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")
+            #expect(sink.values.allSatisfy { $0 == 1 }, "\(sink.values.filter { $0 > 1 }.count) points delivered more than once")
 
-        // What was repaired, and nothing left unrepaired: the producers' logs held it all.
-        var repaired: [String: Int64] = [:]
-        for service in ["filter", "motion", "track", "uploader"] {
-            let health = try await constellation.waitHealth(service, description: "\(service) health") { _ in true }
-            #expect((health.counters?["streamGaps"] ?? 0) == 0, "\(service): \(health.counters ?? [:])")
-            #expect(health.counters?["repairsPending"] == nil, "\(service): a repair still waits: \(health.counters ?? [:])")
-            repaired[service] = health.counters?["repaired"] ?? 0
+            // What was repaired, and nothing left unrepaired: the producers' logs held it all.
+            var repaired: [String: Int64] = [:]
+            for service in ["filter", "motion", "track", "uploader"] {
+                let health = try await constellation.waitHealth(service, description: "\(service) health") { _ in true }
+                #expect((health.counters?["streamGaps"] ?? 0) == 0, "\(service): \(health.counters ?? [:])")
+                #expect(health.counters?["repairsPending"] == nil, "\(service): a repair still waits: \(health.counters ?? [:])")
+                repaired[service] = health.counters?["repaired"] ?? 0
+            }
+            print("exactly once, \(event.rawValue): \(published) fixes over \(devices.count) devices, \(acceptedTotal) accepted; repaired \(repaired)")
+            await client.disconnect()
         }
-        print("exactly once, \(event.rawValue): \(published) fixes over \(devices.count) devices, \(acceptedTotal) accepted; repaired \(repaired)")
-        await client.disconnect()
-    }
 
-    /// Seqs as runs (`2026…2093`), for a failure message.
-    static func ranges(_ seqs: Set<Int64>) -> String {
-        var runs: [String] = []
-        var start: Int64?, last: Int64 = 0
-        for seq in seqs.sorted() {
-            if start != nil, seq == last + 1 { last = seq; continue }
+        /// Seqs as runs (`2026…2093`), for a failure message.
+        static func ranges(_ seqs: Set<Int64>) -> String {
+            var runs: [String] = []
+            var start: Int64?, last: Int64 = 0
+            for seq in seqs.sorted() {
+                if start != nil, seq == last + 1 { last = seq; continue }
+                if let s = start { runs.append(s == last ? "\(s)" : "\(s)…\(last)") }
+                start = seq; last = seq
+            }
             if let s = start { runs.append(s == last ? "\(s)" : "\(s)…\(last)") }
-            start = seq; last = seq
+            return runs.isEmpty ? "none" : runs.prefix(10).joined(separator: ", ")
         }
-        if let s = start { runs.append(s == last ? "\(s)" : "\(s)…\(last)") }
-        return runs.isEmpty ? "none" : runs.prefix(10).joined(separator: ", ")
     }
 }

@@ -4,103 +4,105 @@ import Model
 import TestSupport
 import Testing
 
-/// The map page in a real browser (Debian's headless Chromium, driven over
-/// the DevTools protocol by `scripts/browser.py`): served by the broker
-/// itself, logged in with the map's read-only account, during a replay.
-/// Every wait is for something in the page's DOM, with a deadline.
-@Suite(.serialized) struct MapPageTests {
-    static let device = "demo-van"
-    static let screenshots = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-map-screenshots")
+extension HeavySuites {
+    /// The map page in a real browser (Debian's headless Chromium, driven over
+    /// the DevTools protocol by `scripts/browser.py`): served by the broker
+    /// itself, logged in with the map's read-only account, during a replay.
+    /// Every wait is for something in the page's DOM, with a deadline.
+    @Suite(.serialized) struct MapPageTests {
+        static let device = "demo-van"
+        static let screenshots = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-map-screenshots")
 
-    /// The constellation with the map's listener and the demo's fences armed.
-    func demo() async throws -> (Constellation, MQTTClient) {
-        let constellation = try Constellation(logins: true, web: true)
-        try await constellation.start()
-        let client = try await constellation.operatorClient()
-        try await Replay.armDemoFences(Self.device, with: client)
-        return (constellation, client)
-    }
-
-    /// The same, with the demo drive replayed and judged.
-    func replayedDemo() async throws -> (Constellation, MQTTClient) {
-        let (constellation, client) = try await demo()
-        let fixes = try Fixtures.lines("demo-drive.jsonl")
-        try await Replay.publish(fixes, device: Self.device, with: client)
-        try await constellation.waitJudged(Int64(fixes.count))
-        return (constellation, client)
-    }
-
-    @Test func theLivePageShowsTheFleetAndADaysTrack() async throws {
-        let (constellation, client) = try await demo()
-        defer { constellation.stop() }
-        // The page opens first; the drive is replayed while it watches.
-        let page = "http://127.0.0.1:\(constellation.broker.webPort!)/index.html"
-            + "#user=tracker-map&password=\(constellation.passwords["tracker-map"]!)&device=\(Self.device)"
-        try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
-        let shot = Self.screenshots.appendingPathComponent("live.png")
-        let browser = try Browser.start(page, waits: ["body[data-connected]", #"#devices li[data-device="demo-van"]"#, #"#map[data-track-gaps="1"]"#],
-                                        evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))",
-                                                      "document.querySelector('#devices li[data-device=\"demo-van\"] .state').textContent",
-                                                      "document.querySelectorAll('#events li').length"],
-                                        screenshot: shot.path, in: constellation.broker.directory)
-        try await browser.wait(until: "body[data-connected]")
-        let fixes = try Fixtures.lines("demo-drive.jsonl")
-        try await Replay.publish(fixes, device: Self.device, with: client)
-        let result = browser.finish()
-        #expect(result.status == 0, "\(result.output)")
-        let dataset = try JSONSerialization.jsonObject(with: Data((result.values.first ?? "{}").utf8)) as? [String: String] ?? [:]
-        #expect(Int(dataset["trackMoving"] ?? "") ?? 0 >= 1, "\(dataset)")
-        #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 2, "\(dataset)")
-        #expect(dataset["trackGaps"] == "1", "\(dataset)")
-        #expect(dataset["devices"] == "1", "\(dataset)")
-        #expect(["moving", "stopPending", "stationary"].contains(result.values.dropFirst().first ?? ""), "\(result.values)")
-        #expect(Int(result.values.dropFirst(2).first ?? "") ?? 0 >= 5, "the events the page saw: \(result.values)")
-        let size = (try? FileManager.default.attributesOfItem(atPath: shot.path)[.size] as? Int) ?? 0
-        #expect(size > 20_000, "screenshot \(size) bytes")
-        await client.disconnect()
-    }
-
-    @Test func theViewFileOpensOffline() async throws {
-        let (constellation, client) = try await replayedDemo()
-        defer { constellation.stop() }
-        let current = try await TestClient.command(client, device: Self.device, "currentSession")
-        guard case .object(let session)? = current.result, case .string(let sessionID)? = session["id"] else {
-            Issue.record("no session: \(current)"); return
+        /// The constellation with the map's listener and the demo's fences armed.
+        func demo() async throws -> (Constellation, MQTTClient) {
+            let constellation = try Constellation(logins: true, web: true)
+            try await constellation.start()
+            let client = try await constellation.operatorClient()
+            try await Replay.armDemoFences(Self.device, with: client)
+            return (constellation, client)
         }
-        // Every point stored before the track is built.
-        let decisions = try await Replay.decisions(of: Self.device, with: client)
-        try await Replay.waitCount(of: Self.device, decisions.filter(\.accepted).count, with: client)
-        let file = constellation.broker.directory.appendingPathComponent("day.html")
-        var environment = ProcessInfo.processInfo.environment
-        environment.merge(["TRACKER_MQTT_PORT": "\(constellation.broker.operatorPort)", "TRACKER_MQTT_USERNAME": "trackerctl",
-                           "TRACKER_MQTT_PASSWORD": constellation.passwords["trackerctl"]!]) { $1 }
-        let view = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
-                                    arguments: ["view", Self.device, "--session", sessionID, "--out", file.path], environment: environment,
-                                    logFile: constellation.broker.directory.appendingPathComponent("view.log").path)
-        #expect(view.wait(timeout: 60) == 0, "\(view.log)")
-        // The same day as a picture (`trackerctl render`, through the same request path).
-        let svg = constellation.broker.directory.appendingPathComponent("day.svg")
-        let render = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
-                                      arguments: ["render", Self.device, "--session", sessionID, "--out", svg.path], environment: environment,
-                                      logFile: constellation.broker.directory.appendingPathComponent("render.log").path)
-        #expect(render.wait(timeout: 60) == 0, "\(render.log)")
-        #expect((try? String(contentsOf: svg, encoding: .utf8))?.contains("<svg") == true)
-        let html = try String(contentsOf: file, encoding: .utf8)
-        #expect(!html.contains("<script src") && !html.contains("<link"), "the file must fetch nothing")
-        try? FileManager.default.removeItem(at: Self.screenshots.appendingPathComponent("day.html"))
-        try? FileManager.default.copyItem(at: file, to: Self.screenshots.appendingPathComponent("day.html"))
-        // The broker is gone and the browser offline: the file stands alone.
-        constellation.stop()
-        constellation.broker.stop()
-        try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
-        let shot = Self.screenshots.appendingPathComponent("view.png")
-        let result = try Browser.run(file.absoluteString, waits: ["#map[data-track-moving]", ".track-stop", ".track-gap"],
-                                     evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))"],
-                                     screenshot: shot.path, offline: true, in: constellation.broker.directory)
-        #expect(result.status == 0, "\(result.output)")
-        let dataset = try JSONSerialization.jsonObject(with: Data((result.values.first ?? "{}").utf8)) as? [String: String] ?? [:]
-        #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 2 && dataset["trackGaps"] == "1", "\(dataset)")
-        await client.disconnect()
+
+        /// The same, with the demo drive replayed and judged.
+        func replayedDemo() async throws -> (Constellation, MQTTClient) {
+            let (constellation, client) = try await demo()
+            let fixes = try Fixtures.lines("demo-drive.jsonl")
+            try await Replay.publish(fixes, device: Self.device, with: client)
+            try await constellation.waitJudged(Int64(fixes.count))
+            return (constellation, client)
+        }
+
+        @Test func theLivePageShowsTheFleetAndADaysTrack() async throws {
+            let (constellation, client) = try await demo()
+            defer { constellation.stop() }
+            // The page opens first; the drive is replayed while it watches.
+            let page = "http://127.0.0.1:\(constellation.broker.webPort!)/index.html"
+                + "#user=tracker-map&password=\(constellation.passwords["tracker-map"]!)&device=\(Self.device)"
+            try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
+            let shot = Self.screenshots.appendingPathComponent("live.png")
+            let browser = try Browser.start(page, waits: ["body[data-connected]", #"#devices li[data-device="demo-van"]"#, #"#map[data-track-gaps="1"]"#],
+                                            evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))",
+                                                          "document.querySelector('#devices li[data-device=\"demo-van\"] .state').textContent",
+                                                          "document.querySelectorAll('#events li').length"],
+                                            screenshot: shot.path, in: constellation.broker.directory)
+            try await browser.wait(until: "body[data-connected]")
+            let fixes = try Fixtures.lines("demo-drive.jsonl")
+            try await Replay.publish(fixes, device: Self.device, with: client)
+            let result = browser.finish()
+            #expect(result.status == 0, "\(result.output)")
+            let dataset = try JSONSerialization.jsonObject(with: Data((result.values.first ?? "{}").utf8)) as? [String: String] ?? [:]
+            #expect(Int(dataset["trackMoving"] ?? "") ?? 0 >= 1, "\(dataset)")
+            #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 2, "\(dataset)")
+            #expect(dataset["trackGaps"] == "1", "\(dataset)")
+            #expect(dataset["devices"] == "1", "\(dataset)")
+            #expect(["moving", "stopPending", "stationary"].contains(result.values.dropFirst().first ?? ""), "\(result.values)")
+            #expect(Int(result.values.dropFirst(2).first ?? "") ?? 0 >= 5, "the events the page saw: \(result.values)")
+            let size = (try? FileManager.default.attributesOfItem(atPath: shot.path)[.size] as? Int) ?? 0
+            #expect(size > 20_000, "screenshot \(size) bytes")
+            await client.disconnect()
+        }
+
+        @Test func theViewFileOpensOffline() async throws {
+            let (constellation, client) = try await replayedDemo()
+            defer { constellation.stop() }
+            let current = try await TestClient.command(client, device: Self.device, "currentSession")
+            guard case .object(let session)? = current.result, case .string(let sessionID)? = session["id"] else {
+                Issue.record("no session: \(current)"); return
+            }
+            // Every point stored before the track is built.
+            let decisions = try await Replay.decisions(of: Self.device, with: client)
+            try await Replay.waitCount(of: Self.device, decisions.filter(\.accepted).count, with: client)
+            let file = constellation.broker.directory.appendingPathComponent("day.html")
+            var environment = ProcessInfo.processInfo.environment
+            environment.merge(["TRACKER_MQTT_PORT": "\(constellation.broker.operatorPort)", "TRACKER_MQTT_USERNAME": "trackerctl",
+                               "TRACKER_MQTT_PASSWORD": constellation.passwords["trackerctl"]!]) { $1 }
+            let view = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
+                                        arguments: ["view", Self.device, "--session", sessionID, "--out", file.path], environment: environment,
+                                        logFile: constellation.broker.directory.appendingPathComponent("view.log").path)
+            #expect(view.wait(timeout: 60) == 0, "\(view.log)")
+            // The same day as a picture (`trackerctl render`, through the same request path).
+            let svg = constellation.broker.directory.appendingPathComponent("day.svg")
+            let render = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
+                                          arguments: ["render", Self.device, "--session", sessionID, "--out", svg.path], environment: environment,
+                                          logFile: constellation.broker.directory.appendingPathComponent("render.log").path)
+            #expect(render.wait(timeout: 60) == 0, "\(render.log)")
+            #expect((try? String(contentsOf: svg, encoding: .utf8))?.contains("<svg") == true)
+            let html = try String(contentsOf: file, encoding: .utf8)
+            #expect(!html.contains("<script src") && !html.contains("<link"), "the file must fetch nothing")
+            try? FileManager.default.removeItem(at: Self.screenshots.appendingPathComponent("day.html"))
+            try? FileManager.default.copyItem(at: file, to: Self.screenshots.appendingPathComponent("day.html"))
+            // The broker is gone and the browser offline: the file stands alone.
+            constellation.stop()
+            constellation.broker.stop()
+            try FileManager.default.createDirectory(at: Self.screenshots, withIntermediateDirectories: true)
+            let shot = Self.screenshots.appendingPathComponent("view.png")
+            let result = try Browser.run(file.absoluteString, waits: ["#map[data-track-moving]", ".track-stop", ".track-gap"],
+                                         evaluations: ["JSON.stringify(Object.assign({}, document.querySelector('#map').dataset))"],
+                                         screenshot: shot.path, offline: true, in: constellation.broker.directory)
+            #expect(result.status == 0, "\(result.output)")
+            let dataset = try JSONSerialization.jsonObject(with: Data((result.values.first ?? "{}").utf8)) as? [String: String] ?? [:]
+            #expect(Int(dataset["trackStops"] ?? "") ?? 0 >= 2 && dataset["trackGaps"] == "1", "\(dataset)")
+            await client.disconnect()
+        }
     }
 }
 

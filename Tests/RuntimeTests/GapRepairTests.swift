@@ -221,17 +221,37 @@ private final class RepairHarness {
         #expect(try h.applied("d") == Array(1...6_000))
     }
 
+    @Test func aStoreThatStartedEmptyBesideAProducerWithHistorySaysSoOnceAndRebuilds() throws {
+        let h = try RepairHarness()
+        let sent = h.produce("d", 1...40)
+        // The consumer's store is new (deleted while it was stopped): the next point arrives at seq 31.
+        h.deliver(Array(sent[30...]))
+        h.deliver([])
+        let said = h.consumerBus.messages(topicSuffix: "_fleet/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+        #expect(said.count == 1)
+        if case .diagnostic(let code, let message)? = said.first?.body {
+            #expect(code == "emptyStore" && message.contains("seq 31"), "\(message)")
+        } else {
+            Issue.record("no emptyStore diagnostic: \(said)")
+        }
+        #expect(h.counters.snapshot().note?.contains("started empty") == true)
+        try h.answerNewestRequest()
+        h.tick()
+        #expect(h.counters.snapshot().note == nil, "the note goes once the rebuild is over")
+        #expect(try h.applied("d") == Array(1...40))
+    }
+
     @Test func theProducerRefusesARangeOfAnotherEpochOrUpsideDown() throws {
         let h = try RepairHarness()
         _ = h.produce("d", 1...3)
         for (args, code) in [(RepairRequest(epoch: "other", after: 0, through: 3), "notFound"),
                              (RepairRequest(epoch: h.producer.epoch, after: 3, through: 1), "badInput")] {
             let request = MQTTMessage(topic: "tracker/d/cmd/repairPoints", payload: Array(JSONCoding.encode(
-                CommandRequest(id: .string("x"), args: try JSONValue(encoding: args)))), responseTopic: "r/x")
+                CommandRequest(id: .string("x"), args: try JSONValue(encoding: args)))), responseTopic: "tracker/d/reply/x")
             h.producerBus.clear()
             h.producer.receive(request)
             #expect(h.producer.commit())
-            let reply = try #require(h.producerBus.waitForMessage { $0.topic == "r/x" })
+            let reply = try #require(h.producerBus.waitForMessage { $0.topic == "tracker/d/reply/x" })
             #expect(try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).code == code)
         }
     }

@@ -92,10 +92,10 @@ final class HostHarness {
     }
 
     func total(_ device: String) throws -> Int64? {
-        let command = MQTTMessage(topic: "tracker/\(device)/cmd/getDecisions", payload: [], responseTopic: "r/\(device)")
+        let command = MQTTMessage(topic: "tracker/\(device)/cmd/getDecisions", payload: [], responseTopic: "tracker/\(device)/reply/total")
         bus.clear()
         pass([command])
-        let reply = try #require(bus.messages(topicSuffix: "r/\(device)").last)
+        let reply = try #require(bus.messages(topicSuffix: "tracker/\(device)/reply/total").last)
         return try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).result?.int64Value
     }
 
@@ -220,15 +220,15 @@ final class PauseLog: @unchecked Sendable {
 
     @Test func commandsAreRoutedGuardedAndAnswered() throws {
         let h = try HostHarness()
-        h.pass([MQTTMessage(topic: "tracker/_fleet/cmd/getDecisions", payload: [], responseTopic: "r1"),
-                MQTTMessage(topic: "tracker/a/cmd/getRawPoints", payload: Array("{".utf8), responseTopic: "r2"),
-                MQTTMessage(topic: "tracker/a/cmd/getRawPoints", payload: [], responseTopic: "r3")])
+        h.pass([MQTTMessage(topic: "tracker/_fleet/cmd/getDecisions", payload: [], responseTopic: "tracker/_ctl/t/r1"),
+                MQTTMessage(topic: "tracker/a/cmd/getRawPoints", payload: Array("{".utf8), responseTopic: "tracker/a/reply/r2"),
+                MQTTMessage(topic: "tracker/a/cmd/getRawPoints", payload: [], responseTopic: "tracker/a/reply/r3")])
         let replies = Dictionary(uniqueKeysWithValues: h.bus.messages.map {
             ($0.topic, try! JSONDecoder().decode(CommandReply.self, from: Data($0.payload)))
         })
-        #expect(replies["r1"]?.code == "badInput")  // a per-device command sent to _fleet
-        #expect(replies["r2"]?.code == "badInput")  // not JSON
-        #expect(replies["r3"]?.code == "notReady")  // the service's own refusal
+        #expect(replies["tracker/_ctl/t/r1"]?.code == "badInput")  // a per-device command sent to _fleet
+        #expect(replies["tracker/a/reply/r2"]?.code == "badInput")  // not JSON
+        #expect(replies["tracker/a/reply/r3"]?.code == "notReady")  // the service's own refusal
     }
 }
 

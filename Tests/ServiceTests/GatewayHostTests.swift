@@ -75,11 +75,40 @@ import Testing
         #expect(try reply(on: "tracker/van1/reply/currentSession")?.code == "badInput")
     }
 
+    @Test func everyCommandIsAnsweredEvenUnreadableOnesToUnknownNames() throws {
+        let gateway = try host()
+        for (name, payload) in [("noSuchThing", "{not json"), ("noSuchThing", #"{"id":"u1"}"#), ("start", "[1,")] {
+            bus.clear()
+            gateway.receive(MQTTMessage(topic: "tracker/van1/cmd/\(name)", payload: Array(payload.utf8), responseTopic: "tracker/van1/reply/x"))
+            #expect(gateway.commit())
+            let answer = try #require(try reply(on: "tracker/van1/reply/x"), "\(name) \(payload)")
+            #expect(answer.ok == false && (answer.code == "notFound" || answer.code == "badInput"), "\(answer)")
+            if name == "noSuchThing" { #expect(answer.code == "notFound") }
+        }
+    }
+
+    @Test func aReplyGoesOnlyWhereTheAskerMayReadIt() throws {
+        let gateway = try host()
+        for (topic, allowed) in [("tracker/van1/reply/a", true), ("tracker/_ctl/ops-1/reply", true), ("tracker/_map/tracker-map/k3y/reply", true),
+                                 ("tracker/van2/reply/a", false), ("evil/x", false), ("$SYS/broker/x", false), ("tracker/van1/events", false),
+                                 ("tracker/van1/reply", false), ("tracker//reply/a", false), ("tracker/_map/reply", false)] {
+            bus.clear()
+            gateway.receive(MQTTMessage(topic: "tracker/van1/cmd/currentSession", payload: [], responseTopic: topic))
+            #expect(gateway.commit())
+            if allowed {
+                #expect(try reply(on: topic)?.ok == true, "\(topic)")
+            } else {
+                #expect(bus.messages.allSatisfy { $0.topic != topic }, "\(topic)")
+                #expect(try reply(on: "tracker/van1/reply/currentSession")?.code == "badInput", "\(topic)")
+            }
+        }
+    }
+
     @Test func aCommandToAnInvalidDeviceIdIsAnswered() throws {
         let gateway = try host()
-        gateway.receive(MQTTMessage(topic: "tracker/bad id!/cmd/start", payload: Array(#"{"id":"r1"}"#.utf8), responseTopic: "app/replies"))
+        gateway.receive(MQTTMessage(topic: "tracker/bad id!/cmd/start", payload: Array(#"{"id":"r1"}"#.utf8), responseTopic: "tracker/_ctl/app/replies"))
         #expect(gateway.commit())
-        let answer = try #require(try reply(on: "app/replies"))
+        let answer = try #require(try reply(on: "tracker/_ctl/app/replies"))
         #expect(answer.code == "badInput" && answer.id == .string("r1") && answer.message?.contains("not a device id") == true)
     }
 

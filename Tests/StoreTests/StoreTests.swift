@@ -7,6 +7,22 @@ import Testing
         FileManager.default.temporaryDirectory.appendingPathComponent("store-\(UUID().uuidString).sqlite").path
     }
 
+    /// A store may hold secrets (the uploader's headers): no one but its owner reads it or its WAL.
+    @Test func aStoreAndItsWriteAheadLogAreTheOwnersAlone() throws {
+        let path = temporaryPath()
+        let db = try Database(path: path)
+        try db.run("CREATE TABLE t (a TEXT)")
+        try db.run("INSERT INTO t VALUES ('secret')")
+        func mode(_ p: String) throws -> Int { (try FileManager.default.attributesOfItem(atPath: p)[.posixPermissions] as? NSNumber)?.intValue ?? -1 }
+        #expect(try mode(path) == 0o600)
+        #expect(try mode(path + "-wal") == 0o600)
+        // One an earlier version made 0644 is tightened when opened.
+        let old = temporaryPath()
+        FileManager.default.createFile(atPath: old, contents: nil, attributes: [.posixPermissions: 0o644])
+        _ = try Database(path: old)
+        #expect(try mode(old) == 0o600)
+    }
+
     @Test func migrationsRunOnceAndInOrder() throws {
         let path = temporaryPath()
         var migrator = Migrator()

@@ -11,6 +11,8 @@ struct GatewaySettings {
     var sessionPolicy: SessionPolicy
     var validator: FixValidator
     var ownTracks: Bool
+    /// Devices one OwnTracks user may create (`maxDevicesPerAccount`).
+    var maxDevicesPerAccount: Int
 
     init(_ reader: SettingsReader) throws {
         // The ring is also the duplicate check for redelivered fixes: it must hold
@@ -29,6 +31,7 @@ struct GatewaySettings {
                 "mockPolicy", default: "accept", among: FixValidator.MockPolicy.allCases.map(\.rawValue)))!,
             maxPayloadBytes: try reader.int("maxPayloadBytes", default: 256 * 1024, in: 1_024...16 * 1024 * 1024))
         ownTracks = try reader.bool("ownTracks", default: true)
+        maxDevicesPerAccount = try reader.int("maxDevicesPerAccount", default: 20, in: 1...1_000_000)
     }
 }
 
@@ -48,8 +51,20 @@ enum GatewayService {
                 },
             ]
             if settings.ownTracks {
+                let limit = AccountLimit(store: store, max: settings.maxDevicesPerAccount)
                 inputs.append(.external("owntracks", filter: \.allOwnTracks) { message, work in
+                    // A device the account has not had yet counts against its limit.
+                    if work.row.lastSeq == 0, let account = work.topics.ownTracksUser(message.topic) { try limit.admit(work.device, of: account) }
                     try handler.ingest(handler.parser.parseOwnTracksPayload(message.payload, nowMs: work.nowMs), work)
+                })
+                // The apps' other messages are not used yet: said, counted, and never refused
+                // (the ACL lets the apps write them, so the broker keeps their connection).
+                inputs.append(.external("owntracksSubtopic", filter: \.allOwnTracksSubtopics) { message, work in
+                    let sub = message.topic.split(separator: "/").last.map(String.init) ?? ""
+                    // An empty retained payload is how the apps clear a retained message.
+                    if message.payload.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { work.count("emptyIgnored"); return }
+                    work.count("ignored")
+                    work.emit(.diagnostic(code: "ignored", message: "OwnTracks '\(sub.prefix(40))' messages are not used yet; ignored"))
                 })
             }
             let idleTimeoutMs = settings.sessionPolicy.idleTimeoutMs
@@ -68,6 +83,30 @@ enum GatewayService {
     }
 
     static func newSessionID() -> String { UUID().uuidString.lowercased() }
+
+    /// At most `max` devices per OwnTracks user: a new one past that is
+    /// refused (`limitReached`, said once per device while this process runs)
+    /// and nothing of it is stored.
+    final class AccountLimit {
+        let store: GatewayStore
+        let max: Int
+        /// Devices refused already (bounded): counted again, not announced again.
+        private var refused: Set<DeviceID> = []
+
+        init(store: GatewayStore, max: Int) { self.store = store; self.max = max }
+
+        func admit(_ device: DeviceID, of account: String) throws {
+            guard try !store.accountHas(account, device) else { return }
+            let count = try store.deviceCount(of: account)
+            guard count < max else {
+                let first = refused.insert(device).inserted
+                if refused.count > 10_000 { refused.removeAll() }
+                throw InputRefusal(.limitReached, "maxDevicesPerAccount: account '\(account.prefix(64))' has \(count) devices already "
+                                   + "(the limit is \(max)); \(device) is not tracked", announce: first)
+            }
+            try store.addDevice(device, to: account)
+        }
+    }
 
     /// Carries out the core's decisions on the store and the work's effects.
     struct Handler {

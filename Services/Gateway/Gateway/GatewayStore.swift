@@ -34,7 +34,26 @@ final class GatewayStore {
             FROM devices d LEFT JOIN sessions s ON s.id = d.sessionID;
             DROP TABLE devices;
             """),
+        // The devices each OwnTracks user has (maxDevicesPerAccount); those of an
+        // earlier version counted as far as their id tells (the user before the first dot).
+        ("4-account-devices", """
+            CREATE TABLE account_devices (account TEXT NOT NULL, device TEXT NOT NULL, PRIMARY KEY (account, device)) WITHOUT ROWID;
+            INSERT OR IGNORE INTO account_devices (account, device)
+            SELECT substr(device, 1, instr(device, '.') - 1), device FROM host_devices WHERE instr(device, '.') > 1;
+            """),
     ]
+
+    func accountHas(_ account: String, _ device: DeviceID) throws -> Bool {
+        try db.first("SELECT 1 FROM account_devices WHERE account = ? AND device = ?", [.text(account), .text(device.rawValue)]) { _ in true } ?? false
+    }
+
+    func deviceCount(of account: String) throws -> Int {
+        try db.first("SELECT count(*) FROM account_devices WHERE account = ?", [.text(account)]) { $0.int(0) } ?? 0
+    }
+
+    func addDevice(_ device: DeviceID, to account: String) throws {
+        try db.run("INSERT OR IGNORE INTO account_devices (account, device) VALUES (?, ?)", .text(account), .text(device.rawValue))
+    }
 
     init(db: Database) throws {
         self.db = db

@@ -41,11 +41,12 @@ public final class HostStore {
 
     /// The identity created with this store: stamped on every internal
     /// message, so a consumer can tell a producer that lost its state.
-    func epoch(nowMs: Int64) throws -> String {
-        if let epoch = try db.first("SELECT epoch FROM host_identity", map: { $0.string(0) }) { return epoch }
+    /// The store's identity, and whether it was made just now (an empty store).
+    func epoch(nowMs: Int64) throws -> (epoch: String, created: Bool) {
+        if let epoch = try db.first("SELECT epoch FROM host_identity", map: { $0.string(0) }) { return (epoch, false) }
         let epoch = UUID().uuidString.lowercased()
         try db.run("INSERT INTO host_identity (epoch, createdMs) VALUES (?, ?)", .text(epoch), .integer(nowMs))
-        return epoch
+        return (epoch, true)
     }
 
     func entry(_ device: DeviceID) throws -> (row: Data, inputs: Data, ackedThrough: Int64)? {

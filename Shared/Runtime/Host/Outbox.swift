@@ -57,9 +57,14 @@ public final class Outbox: Sendable {
             all[device]!.lastSentMs = clock.nowMs()
         }
         try bus.publish(MQTTMessage(topic: topic(device), payload: body)) { [weak self] result in
-            // A failure means the client was closed for good: the message stays
-            // above the watermark and is republished at the next start.
-            if case .success = result { self?.acknowledged(device, seq) }
+            switch result {
+            case .success: self?.acknowledged(device, seq)
+            // Refused for good (health counts it as denied): waiting for it would hold
+            // the watermark forever; a consumer that misses it asks the log for it.
+            case .failure(.publishRefused): self?.acknowledged(device, seq)
+            // The client was closed for good: it stays above the watermark and is republished at the next start.
+            case .failure: break
+            }
         }
     }
 

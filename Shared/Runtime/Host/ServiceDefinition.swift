@@ -195,7 +195,11 @@ public struct SweepRoute<Row> {
 public struct InputRefusal: Error, Sendable {
     public let code: ErrorCode
     public let message: String
-    public init(_ code: ErrorCode, _ message: String) { self.code = code; self.message = message }
+    /// False for a refusal already announced (the same device refused again): counted, not repeated.
+    public let announce: Bool
+    public init(_ code: ErrorCode, _ message: String, announce: Bool = true) {
+        self.code = code; self.message = message; self.announce = announce
+    }
 }
 
 /// A sequenced message at or below the seq already applied.

@@ -48,6 +48,13 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// The producers' health topics whose stream tips this service follows: topic → input name.
     private let tipTopics: [String: String]
     private var repairs: StreamRepairs
+    /// The store was made at this start: history arriving from producers means it was lost.
+    private let storeIsNew: Bool
+    /// Said once: this store started empty beside producers with history.
+    private var emptyStoreSaid = false
+    private var rebuildOver = false
+    /// Topic prefixes outside `{prefix}/` that replies may go to (`replyTopicPrefixes`).
+    private let replyPrefixes: [String]
 
     private var batch = Batch()
     private var attempts = FailedAttempts()
@@ -71,10 +78,11 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
                 cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
-                instance: String? = nil, repair: RepairSettings = RepairSettings(),
+                instance: String? = nil, repair: RepairSettings = RepairSettings(), replyTopicPrefixes: [String] = [],
                 pause: @escaping (Duration) -> Void = ServiceHost.sleep) throws {
         name = definition.name
         self.instance = instance ?? "tracker-\(definition.name)"
+        replyPrefixes = replyTopicPrefixes
         do {
             db = try Database(path: databasePath, cacheKB: sqliteCacheKB)
             // A damaged file stops the service now, by name, not in a crash loop later.
@@ -88,7 +96,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         try migrator.migrate(db)
         let store = try HostStore(db: db)
         self.store = store
-        epoch = try db.transaction { try store.epoch(nowMs: clock.nowMs()) }
+        let identity = try db.transaction { try store.epoch(nowMs: clock.nowMs()) }
+        epoch = identity.epoch
+        storeIsNew = identity.created
         rows = definition.rows
         var routes = try definition.wire(db)
         stream = routes.outbox == nil ? nil : InternalStream.produced(by: name)
@@ -201,13 +211,17 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         } catch let refusal as InputRefusal {
             batch.effects.rewind(to: mark)
             counters.error()
-            batch.effects.items.append(.publish(event(device, .error(code: refusal.code.rawValue, message: refusal.message))))
+            if refusal.code != .badInput { counters.count(refusal.code.rawValue) }
+            if refusal.announce {
+                batch.effects.items.append(.publish(event(device, .error(code: refusal.code.rawValue, message: refusal.message))))
+            }
         } catch is Redelivered {
             batch.effects.rewind(to: mark)
             counters.count("redelivered")
         } catch let gap as GapFound {
             batch.effects.rewind(to: mark)
             counters.count("gapsFound")
+            if storeIsNew, !emptyStoreSaid, work.input?.mark == nil { sayEmptyStore(route.name, device: device, seq: gap.seq) }
             if let ask = repairs.gap(stream, epoch: gap.epoch, after: gap.after, through: gap.through, seq: gap.seq,
                                      message: message, nowMs: clock.nowMs()) {
                 self.ask(ask)
@@ -225,25 +239,27 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private func command(_ message: MQTTMessage, device: DeviceID, name: String) {
         guard let route = commands[name] else {
             guard routes.answersUnknownCommands, !CommandCatalog.all.contains(name) else { return }  // another service's
-            if case .success(let command) = IncomingCommand.parse(message, device: device, name: name) {
-                batch.effects.items.append(.reply(command, .failure(id: command.request.id, CommandError(.notFound, "no command named '\(name)'"))))
+            // Answered however unreadable the request: a typo gets a reply, not a timeout.
+            let command: IncomingCommand
+            switch IncomingCommand.parse(message, device: device, name: name) {
+            case .success(let parsed): command = parsed
+            case .failure(let refusal): command = refusal.command
             }
+            guard let command = replyable(command) else { return }
+            batch.effects.items.append(.reply(command, .failure(id: command.request.id,
+                                                                CommandError(.notFound, "no command named '\(name.prefix(80))'"))))
             return
         }
         var command: IncomingCommand
         switch IncomingCommand.parse(message, device: device, name: name) {
         case .success(let parsed): command = parsed
-        case .failure(let refusal): batch.effects.items.append(.reply(refusal.command, refusal.reply)); return
-        }
-        let id = command.request.id
-        if let topic = command.responseTopic, !topics.isReplyTopic(topic) {
-            // Answered on the contract's reply topic instead, so the client still learns why.
-            command.responseTopic = nil
-            counters.count("badResponseTopic")
-            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput,
-                "responseTopic: '\(topic.prefix(120))' is not a reply topic (use one outside '\(topics.prefix)/' or with a 'reply' level)"))))
+        case .failure(let refusal):
+            if let command = replyable(refusal.command) { batch.effects.items.append(.reply(command, refusal.reply)) }
             return
         }
+        let id = command.request.id
+        guard let checked = replyable(command) else { return }
+        command = checked
         switch (route.scope, device.isReserved) {
         case (.device, true):
             batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)"))))
@@ -282,12 +298,28 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
+    /// The command with a response topic its reply may go to; one asking
+    /// for any other is refused (`badInput`) on the device's own reply topic
+    /// instead, so the asker still learns why, and nothing is sent where the
+    /// broker would refuse it or someone else would read it.
+    private func replyable(_ command: IncomingCommand) -> IncomingCommand? {
+        guard let topic = command.responseTopic, !topics.mayReply(to: topic, for: command.device.rawValue, outside: replyPrefixes) else {
+            return command
+        }
+        var refused = command
+        refused.responseTopic = nil
+        counters.count("badResponseTopic")
+        batch.effects.items.append(.reply(refused, .failure(id: command.request.id, CommandError(.badInput,
+            "responseTopic: '\(topic.prefix(120))' is not a reply topic for \(command.device) (use \(topics.prefix)/\(command.device)/reply/…)"))))
+        return nil
+    }
+
     /// A command on `{prefix}/{bad id}/cmd/{name}` still gets an answer
     /// (from the one service that answers unknown commands).
     private func refuseCommandToInvalidDevice(_ message: MQTTMessage, segment: String) {
         let parts = message.topic.split(separator: "/", omittingEmptySubsequences: false)
         guard routes.answersUnknownCommands, parts.count == 4, parts[2] == "cmd" else { return }
-        let replyTopic = message.responseTopic.flatMap { topics.isReplyTopic($0) ? $0 : nil }
+        let replyTopic = message.responseTopic.flatMap { topics.mayReply(to: $0, for: segment, outside: replyPrefixes) ? $0 : nil }
             ?? "\(topics.prefix)/\(segment)/reply/\(parts[3])"
         let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
         let reply = CommandReply.failure(id: request?.id, CommandError(.badInput,
@@ -298,6 +330,19 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     // MARK: Gap repair (network thread)
+
+    /// A store that started empty while its inputs arrive far into their
+    /// numbering was deleted or replaced: said once, on the fleet's events
+    /// and in health. What the producers' logs still hold comes back by repair.
+    private func sayEmptyStore(_ input: String, device: DeviceID, seq: Int64) {
+        emptyStoreSaid = true
+        let text = "\(name): the store started empty (\(db.path)) while '\(input)' arrives at seq \(seq) for \(device): it was deleted "
+            + "or replaced; what the producers' logs still hold is being fetched again, the rest is reported as streamGap"
+        logger.error("the store started empty beside producers with history", ["input": input, "device": device.rawValue, "seq": "\(seq)"])
+        counters.count("emptyStore")
+        counters.note(text)
+        batch.effects.items.append(.publish(event(.fleet, .diagnostic(code: "emptyStore", message: text))))
+    }
 
     /// Asks the producer for the messages an input missed; the answer comes
     /// back on this instance's repair topic, in a later batch.
@@ -399,6 +444,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             self.ask(ask)
         }
         counters.set("repairsPending", repairs.pending.isEmpty ? nil : Int64(repairs.pending.count))
+        // The rebuild of an empty store is over once nothing waits for repair.
+        if emptyStoreSaid, repairs.pending.isEmpty, consecutiveFailures == 0, !rebuildOver { rebuildOver = true; counters.note(nil) }
     }
 
     /// `repair{Stream}`: the stored messages of the asked range, oldest
