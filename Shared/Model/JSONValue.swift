@@ -76,7 +76,10 @@ public enum JSONCoding {
 
     public static func encode(_ value: some Encodable) -> Data { foundationEncode(value) }
 
-    /// Always JSONEncoder, even for types with a direct writer.
+    /// Always JSONEncoder, even for types with a direct writer: the reference
+    /// every direct writer is held to (`WriterAgreementTests`).
+    public static func foundation(_ value: some Encodable) -> Data { foundationEncode(value) }
+
     static func foundationEncode(_ value: some Encodable) -> Data {
         // Our own model types always encode; a failure here is a programming error.
         do { return try encoder.encode(value) } catch { preconditionFailure("encoding \(type(of: value)) failed: \(error)") }

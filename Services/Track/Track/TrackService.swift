@@ -93,7 +93,7 @@ extension LiveSession: JSONWritable {
 /// service's table for the host.
 enum TrackService {
     static func definition(_ settings: TrackSettings) -> ServiceDefinition<TrackRow> {
-        ServiceDefinition(name: "track", migrations: TrackStore.migrations, rows: .json(fresh: { TrackRow() })) { db in
+        ServiceDefinition(name: "track", migrations: TrackStore.migrations, rows: .written(fresh: { TrackRow() })) { db in
             let store = try TrackStore(db: db)
             return Routes(
                 inputs: [

@@ -72,17 +72,25 @@ public struct RowCodec<Row> {
 }
 
 extension RowCodec where Row: Codable {
+    /// Rows stored through Foundation's coders.
     public static func json(fresh: @escaping () -> Row) -> RowCodec {
-        RowCodec(fresh: fresh, encode: { Array(JSONCoding.encode($0)) },
+        RowCodec(fresh: fresh, encode: { Array(JSONCoding.foundation($0)) },
                  decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
     }
 }
 
 extension RowCodec where Row: Codable & JSONWritable {
-    /// Rows written by their direct writer (stored on every commit of a busy device).
-    public static func json(fresh: @escaping () -> Row) -> RowCodec {
-        RowCodec(fresh: fresh, encode: { Array(JSONCoding.encode($0)) },
-                 decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
+    /// Rows written by their direct writer (stored on every commit of a busy
+    /// device) and read back by JSONDecoder. A separate name, not an overload,
+    /// so the choice is the service's and never the compiler's.
+    public static func written(fresh: @escaping () -> Row) -> RowCodec {
+        RowCodec(fresh: fresh, encode: { row in
+            // TRACKER_JSON=foundation measures what the writer is worth.
+            guard JSONCoding.fastPaths else { return Array(JSONCoding.foundation(row)) }
+            var w = JSONWriter()
+            row.write(to: &w)
+            return w.bytes
+        }, decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
     }
 }
 
