@@ -24,10 +24,10 @@ let package = Package(
 
         // Shared modules.
         .target(name: "Model", path: "Shared/Model", swiftSettings: strict),
-        .target(name: "Logging", path: "Shared/Logging", swiftSettings: strict),
-        .target(name: "Bus", dependencies: ["CMosquitto", "Logging"], path: "Shared/Bus", swiftSettings: strict),
+        .target(name: "TrackerLog", path: "Shared/TrackerLog", swiftSettings: strict),
+        .target(name: "Bus", dependencies: ["CMosquitto", "TrackerLog"], path: "Shared/Bus", swiftSettings: strict),
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
-        .target(name: "Runtime", dependencies: ["Model", "Logging", "Bus", "Store"], path: "Shared/Runtime",
+        .target(name: "Runtime", dependencies: ["Model", "TrackerLog", "Bus", "Store"], path: "Shared/Runtime",
                 swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime", "FilterCore", "MotionCore", "TrackCore"], path: "Shared/TestSupport",
                 swiftSettings: strict),
@@ -51,7 +51,7 @@ let package = Package(
         .executableTarget(name: "Uploader", dependencies: ["UploaderCore", "Runtime"], path: "Services/Uploader/Uploader", swiftSettings: strict),
         .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime", "TrackCore"], path: "Services/Ctl",
                           swiftSettings: strict),
-        .executableTarget(name: "Bench", dependencies: ["Model", "Logging", "Bus", "Store", "Runtime", "TestSupport", "FilterCore", "MotionCore", "TrackCore"],
+        .executableTarget(name: "Bench", dependencies: ["Model", "TrackerLog", "Bus", "Store", "Runtime", "TestSupport", "FilterCore", "MotionCore", "TrackCore"],
                           path: "Benchmarks/Bench", swiftSettings: strict),
 
         // Tests.

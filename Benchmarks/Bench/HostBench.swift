@@ -1,7 +1,7 @@
 import Bus
 import FilterCore
 import Foundation
-import Logging
+import TrackerLog
 import Model
 import Runtime
 import TestSupport

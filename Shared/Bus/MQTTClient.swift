@@ -1,7 +1,7 @@
 import CMosquitto
 import Dispatch
 import Foundation
-import Logging
+import TrackerLog
 import Synchronization
 
 /// An MQTT 5 client over libmosquitto's own network thread.

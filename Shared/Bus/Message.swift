@@ -57,7 +57,7 @@ public enum MQTTError: Error, CustomStringConvertible, Sendable, Equatable {
     }
 }
 
-import Logging
+import TrackerLog
 
 /// How to reach the broker and what session to keep there.
 public struct MQTTOptions: Sendable {

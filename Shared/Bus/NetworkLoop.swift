@@ -1,6 +1,6 @@
 import CMosquitto
 import Foundation
-import Logging
+import TrackerLog
 import Synchronization
 #if canImport(Glibc)
 import Glibc

@@ -1,5 +1,5 @@
 import Bus
-import Logging
+import TrackerLog
 import Foundation
 import Model
 import Synchronization

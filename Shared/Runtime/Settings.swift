@@ -1,5 +1,5 @@
 import Foundation
-import Logging
+import TrackerLog
 import Model
 
 /// A setting that stops a service at start, with the setting's name.

@@ -2,7 +2,7 @@ import Bus
 @testable import Filter
 import FilterCore
 import Foundation
-import Logging
+import TrackerLog
 import Model
 @testable import Runtime
 import TestSupport

@@ -2,7 +2,7 @@ import Bus
 import Foundation
 @testable import Gateway
 import GatewayCore
-import Logging
+import TrackerLog
 import Model
 @testable import Runtime
 import TestSupport

@@ -3,7 +3,7 @@ import Foundation
 #if canImport(FoundationXML)
 import FoundationXML
 #endif
-import Logging
+import TrackerLog
 import Model
 @testable import Runtime
 import TestSupport

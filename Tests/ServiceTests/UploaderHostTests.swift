@@ -1,6 +1,6 @@
 import Bus
 import Foundation
-import Logging
+import TrackerLog
 import Model
 @testable import Runtime
 import Synchronization

@@ -1,7 +1,7 @@
 import Bus
 import Dispatch
 import Foundation
-import Logging
+import TrackerLog
 import Model
 import Store
 import Synchronization
