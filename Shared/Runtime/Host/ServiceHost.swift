@@ -349,7 +349,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private func ask(_ ask: StreamRepairs.Ask) {
         guard let stream = InternalStream(rawValue: ask.key.input) else { return }
         counters.count("repairRequests")
-        let request = CommandRequest(id: .string(ask.id), args: try? JSONValue(encoding: ask.request))
+        let range = ask.request
+        let request = CommandRequest(id: .string(ask.id), args: .object([
+            "epoch": .string(range.epoch), "after": .number(Double(range.after)), "through": .number(Double(range.through))]))
         var message = MQTTMessage(topic: topics.command(ask.key.device, stream.repairCommand), payload: Array(JSONCoding.encode(request)))
         message.responseTopic = topics.repairReply(instance)
         message.correlationData = Array(ask.id.utf8)
@@ -359,8 +361,15 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// A producer's answer: the missing messages, applied in order, then
     /// what was held behind them.
     private func repaired(_ message: MQTTMessage) {
-        guard let reply = try? JSONCoding.decoder.decode(RepairReply.self, from: Data(message.payload)),
-              let id = reply.id?.stringValue, let key = repairs.key(answering: id), let route = inputs[key.input] else {
+        let reply: RepairReply
+        do {
+            reply = try JSONCoding.decoder.decode(RepairReply.self, from: Data(message.payload))
+        } catch {
+            counters.count("repairStale")
+            logger.warning("unreadable answer on the repair topic", ["error": DecodingErrorText.describe(any: error)])
+            return
+        }
+        guard let id = reply.id?.stringValue, let key = repairs.key(answering: id), let route = inputs[key.input] else {
             counters.count("repairStale")  // an answer to a repair given up, or not ours
             return
         }
@@ -406,7 +415,11 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     /// The last seq applied from an input (within `epoch`, when given: nil for another epoch's).
     private func appliedSeq(_ key: StreamRepairs.Key, epoch: String? = nil) -> Int64? {
-        guard let entry = try? entry(key.device) else { return nil }
+        let entry: DeviceEntry<Row>
+        do { entry = try self.entry(key.device) } catch {
+            fail(error, culprit: nil)  // the store cannot be read: the batch is redelivered, the repair found again
+            return nil
+        }
         let mark = entry.inputs[key.input]
         if let epoch, let markEpoch = mark?.epoch, markEpoch != epoch { return nil }
         return mark?.seq ?? 0
@@ -415,6 +428,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// A producer's health: for each device that fell quiet, the newest seq it
     /// sent. One ahead of what was applied (after a grace) is a lost tail.
     private func noteTips(_ message: MQTTMessage, input: String) {
+        // A health this build cannot read (another version's, a forged one) carries no tips for it.
         guard let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload)),
               let stream = health.streams?[input] else { return }
         let now = clock.nowMs()
