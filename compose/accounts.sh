@@ -7,14 +7,21 @@
 set -eu
 dir=${ACCOUNTS_DIR:-/accounts}
 umask 077
-touch "$dir/passwords"
+touch "$dir/passwords" "$dir/operators"
 for account in tracker-gateway tracker-filter tracker-motion tracker-track tracker-uploader trackerctl tracker-map; do
   [ -s "$dir/$account" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=\n' > "$dir/$account"
   secret=$(cat "$dir/$account")
   mosquitto_passwd -b "$dir/passwords" "$account" "$secret"
   # A service's output connection logs in as its twin, with the same password.
-  case $account in tracker-*) [ "$account" = tracker-map ] || mosquitto_passwd -b "$dir/passwords" "$account-out" "$secret" ;; esac
+  # The operators' listener admits trackerctl and the services (their health
+  # checks run trackerctl there as the service), never a device or a page.
+  case $account in
+    tracker-map) ;;
+    trackerctl) mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
+    tracker-*) mosquitto_passwd -b "$dir/passwords" "$account-out" "$secret"
+               mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
+  esac
 done
 # The broker runs as the image's mosquitto user (uid 1883).
-chown 1883:1883 "$dir/passwords" 2>/dev/null || true
+chown 1883:1883 "$dir/passwords" "$dir/operators" 2>/dev/null || true
 echo "accounts: ready"
