@@ -32,7 +32,7 @@ import Testing
 
         // compose/mosquitto.conf as the broker container reads it, on free ports and local paths.
         let (port, operatorPort, webPort) = (try freePort(), try freePort(), try freePort())
-        // The `web` service's job: the page and its libraries into the volume.
+        // What the broker image's build does: the page and its libraries, beside the broker.
         let web = dir.appendingPathComponent("web")
         let build = try ChildProcess(executable: root.appendingPathComponent("scripts/build-web").path, arguments: [web.path],
                                      logFile: dir.appendingPathComponent("build-web.log").path)
