@@ -128,6 +128,9 @@ public final class TestBroker: @unchecked Sendable {
     /// Stops the broker (SIGKILL, or SIGTERM when `graceful`, which lets a
     /// persistent broker save its state; clients see the connection drop
     /// either way) and starts it again on the same port.
+    /// What the broker logged (errors and warnings).
+    public var log: String { process.log }
+
     public func restart(graceful: Bool = false) throws {
         stop(graceful: graceful)
         try start()
