@@ -68,6 +68,13 @@ public final class Constellation: @unchecked Sendable {
         return client
     }
 
+    /// Points the uploader at this constellation's sink, retrying fast after a failure.
+    public func syncToSink(batchSize: Int, with client: MQTTClient) async throws -> CommandReply {
+        try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+            "url": .string(sinkURL), "batchSize": .number(Double(batchSize)),
+            "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
+    }
+
     /// A collector on the operator's listener.
     public func collector(_ filters: [String]) async throws -> MessageCollector {
         try await MessageCollector(port: broker.operatorPort, filters: filters, username: passwords.isEmpty ? nil : "trackerctl",

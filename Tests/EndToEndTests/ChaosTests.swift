@@ -16,9 +16,7 @@ extension HeavySuites {
             try await constellation.start()
             defer { constellation.stop() }
             var client = try await constellation.operatorClient()
-            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-                "url": .string(constellation.sinkURL), "batchSize": .number(100),
-                "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
+            let synced = try await constellation.syncToSink(batchSize: 100, with: client)
             #expect(synced.ok, "\(synced)")
 
             // Seven noisy drives (seeds 1–7 on the survey drive), 10,000 fixes in all, interleaved.

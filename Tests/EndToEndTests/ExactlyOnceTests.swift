@@ -23,9 +23,7 @@ extension HeavySuites {
             try await constellation.start()
             defer { constellation.stop() }
             var client = try await constellation.operatorClient()
-            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-                "url": .string(constellation.sinkURL), "batchSize": .number(500),
-                "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
+            let synced = try await constellation.syncToSink(batchSize: 500, with: client)
             #expect(synced.ok, "\(synced)")
 
             // Four noisy drives, interleaved, published as fast as the broker takes them.
