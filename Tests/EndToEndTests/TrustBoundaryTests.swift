@@ -109,7 +109,10 @@ extension HeavySuites {
         /// every reconnect (its log: "connection to broker lost", the unacknowledged
         /// count growing by five a second), although mosquitto_pub, on the same
         /// libmosquitto and broker configuration, gets its PUBACKs with 0x87 and
-        /// keeps its connection. The replies the services make themselves never
+        /// keeps its connection. The broker closes it: with `log_type all` it logs
+        /// "Sending PUBACK to tracker-track-out (m2, rc135)", then "Bad socket
+        /// read/write on client tracker-track-out: Unknown error", and the same
+        /// again for the resent (d1) message after each reconnect. The replies the services make themselves never
         /// go where the ACL refuses them (the reply-topic rule), so only such a
         /// deployment setting reaches this.
         @Test(.disabled("the output connection drops after a refused publish; see the comment"))
