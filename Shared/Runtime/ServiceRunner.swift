@@ -98,7 +98,7 @@ public enum ServiceRunner {
         let logger = context.logger
 
         // A message the broker refuses is final: counted, said once a minute per topic, never resent.
-        let refusals = RefusalLog(logger: logger, counters: counters)
+        let refusals = RefusalLog(logger: logger, counters: counters, clock: context.clock)
         output.setOnRefused { refusals.note(topic: $0, code: $1) }
         client.setOnRefused { refusals.note(topic: $0, code: $1) }
         client.setHandler { host.receive($0) }
@@ -159,16 +159,20 @@ public enum ServiceRunner {
 final class RefusalLog: Sendable {
     private let logger: Logger
     private let counters: HealthCounters
-    private let lastLogged = Mutex<[String: ContinuousClock.Instant]>([:])
+    private let clock: any WallClock
+    /// When each topic's refusal was last logged (wall clock, ms).
+    private let lastLogged = Mutex<[String: Int64]>([:])
 
-    init(logger: Logger, counters: HealthCounters) { self.logger = logger; self.counters = counters }
+    init(logger: Logger, counters: HealthCounters, clock: any WallClock) {
+        self.logger = logger; self.counters = counters; self.clock = clock
+    }
 
     func note(topic: String, code: Int32) {
         counters.count("denied")
-        let now = ContinuousClock.now
+        let now = clock.nowMs()
         let log = lastLogged.withLock { seen -> Bool in
             if seen.count > 1_000 { seen.removeAll() }
-            guard seen[topic].map({ now - $0 >= .seconds(60) }) ?? true else { return false }
+            guard seen[topic].map({ now - $0 >= 60_000 }) ?? true else { return false }
             seen[topic] = now
             return true
         }

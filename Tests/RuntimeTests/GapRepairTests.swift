@@ -94,6 +94,13 @@ private final class RepairHarness {
         return try JSONDecoder().decode(Tally.self, from: Data(row.utf8)).applied
     }
 
+    /// Answers the newest request as a producer would, with `reply` made for its id.
+    func answerNewestRequest(with reply: (JSONValue) throws -> CommandReply) throws {
+        let request = try #require(requests.last)
+        let id = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).id)
+        deliver([MQTTMessage(topic: request.responseTopic!, payload: Array(JSONCoding.encode(try reply(id))))])
+    }
+
     var gaps: [StreamGap] {
         consumerBus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
             .compactMap { if case .streamGap(let gap) = $0.body { gap } else { nil } }
@@ -130,10 +137,7 @@ private final class RepairHarness {
         let sent = h.produce("d", 1...10)
         h.deliver(Array(sent[0..<3]) + Array(sent[7...]))
         // The producer answers with nothing: its log was trimmed past the range.
-        let request = try #require(h.requests.last)
-        let id = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).id)
-        let empty = CommandReply.success(id: id, try JSONValue(encoding: RepairAnswer(messages: [], more: false)))
-        h.deliver([MQTTMessage(topic: request.responseTopic!, payload: Array(JSONCoding.encode(empty)))])
+        try h.answerNewestRequest { .success(id: $0, try JSONValue(encoding: RepairAnswer(messages: [], more: false))) }
         #expect(h.gaps == [StreamGap(stream: "points", from: 4, to: 7, reason: .trimmed)])
         #expect(try h.applied("d") == [1, 2, 3, 8, 9, 10])
     }
@@ -188,10 +192,7 @@ private final class RepairHarness {
         let h = try RepairHarness()
         let sent = h.produce("d", 1...10)
         h.deliver(Array(sent[0..<3]) + Array(sent[7...]))
-        let request = try #require(h.requests.last)
-        let id = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).id)
-        let refused = CommandReply.failure(id: id, CommandError(.notFound, "epoch: replaced"))
-        h.deliver([MQTTMessage(topic: request.responseTopic!, payload: Array(JSONCoding.encode(refused)))])
+        try h.answerNewestRequest { .failure(id: $0, CommandError(.notFound, "epoch: replaced")) }
         #expect(h.gaps == [StreamGap(stream: "points", from: 4, to: 7, reason: .producerReset)])
         #expect(try h.applied("d") == [1, 2, 3, 8, 9, 10])
     }

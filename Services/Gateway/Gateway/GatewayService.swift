@@ -62,7 +62,7 @@ enum GatewayService {
                 inputs.append(.external("owntracksSubtopic", filter: \.allOwnTracksSubtopics) { message, work in
                     let sub = message.topic.split(separator: "/").last.map(String.init) ?? ""
                     // An empty retained payload is how the apps clear a retained message.
-                    if message.payload.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { work.count("emptyIgnored"); return }
+                    if message.payload.allSatisfy(FixParser.isWhitespace) { work.count("emptyIgnored"); return }
                     work.count("ignored")
                     work.emit(.diagnostic(code: "ignored", message: "OwnTracks '\(sub.prefix(40))' messages are not used yet; ignored"))
                 })

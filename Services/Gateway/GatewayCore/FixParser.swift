@@ -117,7 +117,7 @@ public struct FixParser: Sendable {
         DuplicateKeys.first(in: payload).map { InputProblem("payload: key '\($0)' appears twice in one object") }
     }
 
-    static func isWhitespace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 }
+    public static func isWhitespace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x0A || b == 0x0D || b == 0x09 }
 
     static func problem(_ error: any Error) -> InputProblem {
         guard let decodingError = error as? DecodingError else { return InputProblem("\(error)") }

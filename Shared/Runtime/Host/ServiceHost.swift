@@ -43,6 +43,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public let epoch: String
     /// The client id, for the topic repair answers come back on.
     public let instance: String
+    /// `{prefix}/_repair/reply/{instance}`: where this consumer's repair answers arrive.
+    private let repairReplyTopic: String
     /// The stream this service produces (its outbox), if any.
     private let stream: InternalStream?
     /// The producers' health topics whose stream tips this service follows: topic → input name.
@@ -82,6 +84,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 pause: @escaping (Duration) -> Void = ServiceHost.sleep) throws {
         name = definition.name
         self.instance = instance ?? "tracker-\(definition.name)"
+        repairReplyTopic = topics.repairReply(self.instance)
         replyPrefixes = replyTopicPrefixes
         do {
             db = try Database(path: databasePath, cacheKB: sqliteCacheKB)
@@ -146,7 +149,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public var subscriptions: [String] {
         routes.inputs.map { $0.filter(topics) }
             + (routes.answersUnknownCommands ? [topics.anyCommand] : routes.commands.map { topics.allCommands(named: $0.name) })
-            + (tipTopics.isEmpty ? [] : [topics.repairReply(instance)] + tipTopics.keys.sorted())
+            + (tipTopics.isEmpty ? [] : [repairReplyTopic] + tipTopics.keys.sorted())
     }
 
     // MARK: Messages (network thread)
@@ -162,7 +165,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         // A failed batch is redelivered whole: handling more of it now would be undone anyway.
         guard batch.failure == nil else { return }
         if !tipTopics.isEmpty {
-            if message.topic == topics.repairReply(instance) { repaired(message); return }
+            if message.topic == repairReplyTopic { repaired(message); return }
             if let input = tipTopics[message.topic] { noteTips(message, input: input); return }
         }
         let parsed = topics.parse(message.topic)
@@ -353,7 +356,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         let request = CommandRequest(id: .string(ask.id), args: .object([
             "epoch": .string(range.epoch), "after": .number(Double(range.after)), "through": .number(Double(range.through))]))
         var message = MQTTMessage(topic: topics.command(ask.key.device, stream.repairCommand), payload: Array(JSONCoding.encode(request)))
-        message.responseTopic = topics.repairReply(instance)
+        message.responseTopic = repairReplyTopic
         message.correlationData = Array(ask.id.utf8)
         batch.effects.items.append(.publish(message))
     }

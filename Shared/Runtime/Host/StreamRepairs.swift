@@ -59,7 +59,8 @@ struct StreamRepairs {
         nextID = seed
     }
 
-    func isPending(_ key: Key) -> Bool { pending[key] != nil }
+    /// Asked for every sequenced message: free while nothing is being repaired.
+    func isPending(_ key: Key) -> Bool { !pending.isEmpty && pending[key] != nil }
 
     private mutating func newID() -> String {
         // Random start, then counted: a reply is matched by it, so no one can guess a live one.
@@ -115,7 +116,7 @@ struct StreamRepairs {
         return p
     }
 
-    /// A producer says it sent `tip` for this input; `mark` is what was applied.
+    /// A producer says it sent `tip` for this input, above what was applied.
     mutating func noteTip(_ key: Key, epoch: String, tip: Int64, nowMs: Int64) {
         guard pending[key] == nil else { return }
         if let s = suspects[key], s.epoch == epoch, s.tip >= tip { return }
