@@ -98,7 +98,7 @@ public final class TestBroker: @unchecked Sendable {
                     \(listeners)
                     allow_anonymous true
                     \(messageSizeLimit.map { "message_size_limit \($0)" } ?? "")
-                    max_queued_messages 0
+                    max_queued_messages 1000000
                     max_inflight_messages 0
                     set_tcp_nodelay true
                     persistence \(persistent)
