@@ -3,7 +3,7 @@
 # anything else: makes a password for every account the deployment itself
 # needs, and the broker's password file, in the `accounts` volume. Existing
 # passwords are kept, so restarts and upgrades change nothing; device
-# accounts are added by the operator (see "Access control" in the README).
+# accounts are added by the operator (see "Access control" in docs/operations.md).
 set -eu
 dir=${ACCOUNTS_DIR:-/accounts}
 umask 077
