@@ -1,5 +1,6 @@
 import Bus
 import Foundation
+import Synchronization
 import Model
 import Runtime
 
@@ -264,16 +265,14 @@ enum EventText {
     }
 }
 
-final class FailureCount: @unchecked Sendable {
-    private let lock = NSLock()
-    private var count = 0
-    func add() { lock.withLock { count += 1 } }
-    var value: Int { lock.withLock { count } }
+final class FailureCount: Sendable {
+    private let count = Mutex(0)
+    func add() { count.withLock { $0 += 1 } }
+    var value: Int { count.withLock { $0 } }
 }
 
-final class HealthBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var byService: [String: Health] = [:]
-    func add(_ h: Health) { lock.withLock { byService[h.service] = h } }
-    var all: [Health] { lock.withLock { Array(byService.values) } }
+final class HealthBox: Sendable {
+    private let byService = Mutex<[String: Health]>([:])
+    func add(_ h: Health) { byService.withLock { $0[h.service] = h } }
+    var all: [Health] { byService.withLock { Array($0.values) } }
 }

@@ -110,7 +110,7 @@ public final class MQTTClient: @unchecked Sendable {
         // No callback may reach this object from here on; then the thread must end
         // before the handle it uses is destroyed.
         mosquitto_user_data_set(mosq, nil)
-        loop.stop(timeout: 5)
+        loop.stopAndJoin()
         mosquitto_destroy(mosq)
     }
 
@@ -148,6 +148,19 @@ public final class MQTTClient: @unchecked Sendable {
     public func setReadGate(_ gate: @escaping @Sendable () -> Bool) {
         loop.setReadGate(gate)
     }
+
+    /// Holds incoming messages at the broker for `duration`; the network
+    /// thread goes on with keep-alive, writing and periodic work.
+    public func holdReading(for duration: Duration) {
+        loop.holdReading(for: duration)
+    }
+
+    /// Called on this client's network thread (its callbacks and hooks are).
+    public var isOnNetworkThread: Bool { loop.isLoopThread }
+
+    /// The network thread was started and has not ended yet (`disconnect`
+    /// returns only once it has).
+    public var isRunning: Bool { loop.isRunning }
 
     /// Runs `body` on the network thread every `interval` while connected,
     /// just before the pass's `beforeAcknowledging` hook.
@@ -221,7 +234,7 @@ public final class MQTTClient: @unchecked Sendable {
         await drain(timeout: timeout)
         state.withLock { $0.closing = true }
         mosquitto_disconnect_v5(mosq, 0, nil)
-        loop.stop(timeout: 5)
+        await loop.stop()
         failAllWaiters(.connectionLost(operation: "disconnect"), includingAcknowledgements: true)
     }
 
@@ -601,32 +614,35 @@ struct Backlog {
 
 /// Resumes a continuation exactly once, whichever of result or timeout comes
 /// first; a result that arrives before the continuation is kept for it.
-final class ResumeOnce<T: Sendable>: @unchecked Sendable {
-    private let lock = NSLock()
-    private var continuation: CheckedContinuation<T, any Error>?
-    private var early: Result<T, any Error>?
-    private var finished = false
+final class ResumeOnce<T: Sendable>: Sendable {
+    private struct State {
+        var continuation: CheckedContinuation<T, any Error>?
+        var early: Result<T, any Error>?
+        var finished = false
+    }
+    private let state = Mutex(State())
 
     func set(_ c: CheckedContinuation<T, any Error>) {
-        lock.lock()
-        guard let early else { continuation = c; lock.unlock(); return }
-        finished = true
-        lock.unlock()
-        c.resume(with: early)
+        let early = state.withLock { s -> Result<T, any Error>? in
+            guard let early = s.early else { s.continuation = c; return nil }
+            s.finished = true
+            return early
+        }
+        if let early { c.resume(with: early) }
     }
 
     func resume(_ result: Result<T, any Error>) {
-        lock.lock()
-        guard !finished else { lock.unlock(); return }
-        guard let c = continuation else {
-            if early == nil { early = result }
-            lock.unlock()
-            return
+        let waiting = state.withLock { s -> CheckedContinuation<T, any Error>? in
+            guard !s.finished else { return nil }
+            guard let c = s.continuation else {
+                if s.early == nil { s.early = result }
+                return nil
+            }
+            s.finished = true
+            s.continuation = nil
+            return c
         }
-        finished = true
-        continuation = nil
-        lock.unlock()
-        c.resume(with: result)
+        waiting?.resume(with: result)
     }
 }
 

@@ -24,10 +24,24 @@ final class NetworkLoop: @unchecked Sendable {
     private let mosq: OpaquePointer
     private let wakeRead: Int32
     private let wakeWrite: Int32
-    private let stopping = Mutex(false)
-    private let finished = DispatchSemaphore(value: 0)
-    private let threadID = Mutex<pthread_t?>(nil)
+    private let stopping = Mutex<DispatchTime?>(nil)
+    private let lifetime = Mutex(Lifetime())
     private let callbacks = Mutex(Callbacks())
+
+    /// The thread's life: not started, running on `thread`, or ended; who
+    /// waits for the end. The end is known exactly, never guessed by a timeout.
+    private struct Lifetime {
+        var thread: pthread_t?
+        var started = false
+        var ended = false
+        var joined = false
+        var waiters: [CheckedContinuation<Void, Never>] = []
+    }
+    /// How long a stopping loop keeps flushing what is queued (the DISCONNECT
+    /// above all) to a broker that does not read: then it ends regardless.
+    static let flushLimit: DispatchTimeInterval = .seconds(5)
+    /// Reading is held back until then (a failed batch's pause; see `holdReading`).
+    private let readingHeldUntil = Mutex<DispatchTime?>(nil)
 
     /// The owner's callbacks, kept in one concrete struct. A Mutex of a bare
     /// closure type must not be read with `withLock { $0 }`: the generic
@@ -64,8 +78,6 @@ final class NetworkLoop: @unchecked Sendable {
         close(wakeWrite)
     }
 
-    private let started = Mutex(false)
-
     /// Called between reading and writing on every pass (see the type's doc).
     /// Returning false withholds what the pass read from acknowledgement.
     func setBeforeAcknowledging(_ body: @escaping @Sendable () -> Bool) {
@@ -92,26 +104,97 @@ final class NetworkLoop: @unchecked Sendable {
         callbacks.withLock { $0.connector = body }
     }
 
+    /// Starts the loop's thread (once).
     func start(name: String) {
-        started.withLock { $0 = true }
-        let thread = Thread { [self] in run() }
-        thread.name = name
-        thread.start()
+        guard lifetime.withLock({ l in defer { l.started = true }; return !l.started }) else { return }
+        let context = Unmanaged.passRetained(StartContext(loop: self, name: name)).toOpaque()
+        var thread = pthread_t()
+        let rc = pthread_create(&thread, nil, { raw in
+            let context = Unmanaged<StartContext>.fromOpaque(raw!).takeRetainedValue()
+            _ = tracker_name_this_thread(context.name)
+            context.loop.run()
+            return nil
+        }, context)
+        if rc != 0 {
+            Unmanaged<StartContext>.fromOpaque(context).release()
+            logger?.error("cannot start the network thread", ["error": String(cString: strerror(rc))])
+            finish()
+            return
+        }
+        lifetime.withLock { $0.thread = thread }
     }
 
-    /// Asks the loop to end once the socket is closed (after a DISCONNECT)
-    /// or right away if there is none; waits up to `timeout` seconds.
-    func stop(timeout: Double) {
-        stopping.withLock { $0 = true }
-        wake()
-        // Only a started loop signals when it ends.
-        guard threadID.withLock({ $0 != nil }) || started.withLock({ $0 }), !isLoopThread else { return }
-        // Put the signal back: "ended" stays true for any later stop().
-        if finished.wait(timeout: .now() + timeout) == .success { finished.signal() }
+    private final class StartContext {
+        let loop: NetworkLoop
+        let name: String
+        init(loop: NetworkLoop, name: String) { self.loop = loop; self.name = String(name.prefix(15)) }
     }
+
+    /// Asks the loop to end once the socket is closed (after a DISCONNECT),
+    /// or right away if there is none, and waits until its thread has ended:
+    /// after this returns nothing runs on it any more.
+    func stop() async {
+        requestStop()
+        guard !isLoopThread else { return }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let ended = lifetime.withLock { l -> Bool in
+                if l.ended || !l.started { return true }
+                l.waiters.append(continuation)
+                return false
+            }
+            if ended { continuation.resume() }
+        }
+    }
+
+    /// `stop()` for a deinit, which cannot wait asynchronously: joins the
+    /// thread (it ends within `flushLimit`), unless called on it.
+    func stopAndJoin() {
+        requestStop()
+        let thread = lifetime.withLock { l -> pthread_t? in
+            guard let thread = l.thread, !l.joined else { return nil }
+            l.joined = true
+            return thread
+        }
+        guard let thread else { return }
+        if pthread_equal(thread, pthread_self()) != 0 { pthread_detach(thread) } else { pthread_join(thread, nil) }
+    }
+
+    private func requestStop() {
+        stopping.withLock { $0 = $0 ?? .now() + Self.flushLimit }
+        wake()
+    }
+
+    /// Its thread was started and has not ended yet.
+    var isRunning: Bool { lifetime.withLock { $0.started && !$0.ended } }
 
     var isLoopThread: Bool {
-        threadID.withLock { id in id.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+        lifetime.withLock { l in l.thread.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
+    }
+
+    /// Holds incoming messages at the broker for `duration` (a batch that could
+    /// not be stored waits before it comes back), without stopping the thread:
+    /// keep-alive, writing and periodic work go on.
+    func holdReading(for duration: Duration) {
+        let until = DispatchTime.now() + duration.seconds
+        readingHeldUntil.withLock { $0 = max($0 ?? until, until) }
+        wake()
+    }
+
+    private var readingIsHeld: Bool {
+        readingHeldUntil.withLock { held in
+            guard let until = held else { return false }
+            if DispatchTime.now() >= until { held = nil; return false }
+            return true
+        }
+    }
+
+    private func finish() {
+        let waiters = lifetime.withLock { l in
+            l.ended = true
+            defer { l.waiters = [] }
+            return l.waiters
+        }
+        waiters.forEach { $0.resume() }
     }
 
     /// Wakes the loop so it writes what another thread queued.
@@ -120,11 +203,15 @@ final class NetworkLoop: @unchecked Sendable {
         _ = write(wakeWrite, &byte, 1)
     }
 
-    private var isStopping: Bool { stopping.withLock { $0 } }
+    private var isStopping: Bool { stopping.withLock { $0 != nil } }
+
+    /// Stopping, and what is queued has had its time to leave.
+    private var mustEndNow: Bool { stopping.withLock { $0.map { DispatchTime.now() >= $0 } ?? false } }
 
     private func run() {
-        threadID.withLock { $0 = pthread_self() }
-        defer { finished.signal() }
+        // Known before the first callback, so the owner's checks hold from the start.
+        lifetime.withLock { $0.thread = pthread_self() }
+        defer { finish() }
         var reconnectAttempt = 0
         var everAttempted = false
         var pollFailures = 0
@@ -154,8 +241,8 @@ final class NetworkLoop: @unchecked Sendable {
                 continue
             }
             // Stopping: finish once nothing (such as a DISCONNECT) is left to send.
-            if isStopping, !mosquitto_want_write(mosq) { return }
-            let reading = callbacks.withLock { $0.readGate }?() ?? true
+            if isStopping, !mosquitto_want_write(mosq) || mustEndNow { return }
+            let reading = !readingIsHeld && (callbacks.withLock { $0.readGate }?() ?? true)
             var fds = [
                 pollfd(fd: socket, events: (reading ? Int16(POLLIN) : 0) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
                 pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),

@@ -85,15 +85,35 @@ public struct HealthReporter: Sendable {
 
     /// The will: the broker publishes it when the connection dies uncleanly.
     public var will: MQTTMessage { message(.offline) }
+}
 
-    /// Republishes health until cancelled, on the given clock.
-    /// `ready` says whether the service takes messages now (its input is
-    /// connected and subscribed); `online` is published only then.
-    public func run(client: MQTTClient, ready: @escaping @Sendable () -> Bool = { true },
-                    clock: some Clock<Duration> = ContinuousClock()) async {
-        while !Task.isCancelled {
-            if ready() { try? client.publish(message(.online)) }
-            do { try await clock.sleep(for: interval) } catch { return }
+/// Publishes health every interval until stopped. `ready` says whether the
+/// service takes messages now (its input is connected and subscribed);
+/// `online` is published only then.
+public final class HealthPart: LongRunning {
+    let reporter: HealthReporter
+    let client: MQTTClient
+    let ready: @Sendable () -> Bool
+    let logger: Logger
+    private let stopping = StopRequest()
+
+    public init(_ reporter: HealthReporter, on client: MQTTClient, logger: Logger, ready: @escaping @Sendable () -> Bool) {
+        self.reporter = reporter; self.client = client; self.logger = logger; self.ready = ready
+    }
+
+    public func run() async {
+        var failures = 0
+        while !stopping.isRequested {
+            if ready() {
+                do { try client.publish(reporter.message(.online)); failures = 0 } catch {
+                    // The next interval publishes a fresh one; said once per run of failures.
+                    if failures == 0 { logger.warning("health not published", ["error": "\(error)"]) }
+                    failures += 1
+                }
+            }
+            await stopping.wait(atMost: reporter.interval)
         }
     }
+
+    public func stop() { stopping.request() }
 }

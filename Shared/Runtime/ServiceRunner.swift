@@ -41,11 +41,13 @@ public struct ServiceContext: Sendable {
 }
 
 /// Runs one service process: settings, store, bus with its will, health,
-/// signals. Every message, commit and tick happens on the bus's network
-/// thread (see `ServiceHost`); this only starts and stops things.
+/// signals. Every message, commit and tick happens on the input connection's
+/// network thread (see `ServiceHost`); this only starts and stops things,
+/// all through one `Lifecycle`.
 public enum ServiceRunner {
     /// Runs until SIGTERM or SIGINT and returns the exit code: 0 after a
-    /// graceful stop, 2 for a bad setting or a store that cannot be opened.
+    /// graceful stop, 2 for a bad setting or a store that cannot be opened,
+    /// 1 when a part of the service ended by itself.
     public static func run<Row>(
         name: String,
         arguments: [String] = CommandLine.arguments,
@@ -90,7 +92,8 @@ public enum ServiceRunner {
                                    cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
                                    maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000,
                                    instance: settings.instance, repair: settings.repair,
-                                   replyTopicPrefixes: settings.replyTopicPrefixes)
+                                   replyTopicPrefixes: settings.replyTopicPrefixes,
+                                   pause: { [client] in client.holdReading(for: $0) })
         } catch {
             FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
             return 2
@@ -107,50 +110,33 @@ public enum ServiceRunner {
         client.setOnConnect { host.connected(reconnect: $0) }
         client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
 
-        let signal = Task { await Signals.waitForTermination() }
-        let connected = Task {
-            // The client owns (re)connecting and logs its attempts; this only
-            // waits for the first connection and the first subscription.
-            while !Task.isCancelled {
-                do {
-                    try await output.connect(timeout: .seconds(30))
-                    try await client.connect(timeout: .seconds(30))
-                    try await client.subscribe(host.subscriptions, qos: .atLeastOnce)
-                    return true
-                } catch MQTTError.subscriptionRejected(let filter, let code) {
-                    logger.error("broker refused a subscription; retrying", ["filter": filter, "code": "\(code)"])
-                    try? await Task.sleep(for: .seconds(5))
-                } catch {
-                    try? await Task.sleep(for: .milliseconds(200))
-                }
-            }
-            return false
-        }
-        let stopEarly = Task { _ = await signal.value; connected.cancel() }
-        guard await connected.value else {
-            logger.info("stopped before connecting")
-            await client.disconnect(timeout: .seconds(1))
-            await output.disconnect(timeout: .seconds(1))
-            host.close()
-            return 0
-        }
-        stopEarly.cancel()
-        logger.info("service started", ["service": name, "broker": "\(context.settings.mqttHost):\(context.settings.mqttPort)",
-                                        "version": TrackerVersion.current, "epoch": host.epoch])
+        host.confine(to: client)
 
+        // Started together; stopped from the last to the first, each once the
+        // one after it has returned: health, then input (no new work: its
+        // network thread ends, so nothing is still being handled), then the
+        // host's parts (queued queries answered, the service's worker), then
+        // output (what was published reaches the broker, then offline).
+        // The host closes last, once all of them have ended.
+        let outputPart = ConnectionPart(output, farewell: { health.message(.offline) }, logger: logger)
+        let inputPart = ConnectionPart(client, subscribing: host.subscriptions, after: output, drainTimeout: .seconds(1), logger: logger) {
+            logger.info("service started", ["service": name, "broker": "\(context.settings.mqttHost):\(context.settings.mqttPort)",
+                                            "version": TrackerVersion.current, "epoch": host.epoch])
+        }
         // Online means "takes messages": the input connection is up and subscribed.
-        let healthLoop = Task { await health.run(client: output, ready: { client.isSubscribed }) }
-        let received = await signal.value
-        logger.info("stopping", ["signal": "\(received)"])
-        healthLoop.cancel()
-        // Input first: no new work; then what the last batches published reaches the broker.
-        await client.disconnect(timeout: .seconds(3))
-        await output.drain(timeout: .seconds(5))
-        try? await output.publishAndWait(health.message(.offline), timeout: .seconds(3))
-        await output.disconnect(timeout: .seconds(3))
+        let healthPart = HealthPart(health, on: output, logger: logger, ready: { client.isSubscribed })
+        let lifecycle = Lifecycle([Lifecycle.Part("output", outputPart)] + host.parts
+                                  + [Lifecycle.Part("input", inputPart), Lifecycle.Part("health", healthPart)], logger: logger)
+        let ending = await lifecycle.run()
         host.close()
-        logger.info("stopped")
-        return 0
+        switch ending {
+        case .signal:
+            logger.info("stopped")
+            return 0
+        case .partEnded(let part, let error):
+            logger.error("stopped: a part ended by itself", ["part": part, "error": error ?? "none"])
+            return 1
+        }
     }
 }
 

@@ -50,9 +50,9 @@ private final class RepairHarness {
         paths = ["producer", "consumer"].map { dir.appendingPathComponent("repair-\($0)-\(UUID().uuidString).sqlite").path }
         let logger = Logger(label: "test", minimum: .off)
         producer = try ServiceHost(pointProducer(), databasePath: paths[0], bus: producerBus, topics: Topics(), logger: logger,
-                                   counters: HealthCounters(), clock: clock, pause: { _ in })
+                                   counters: HealthCounters(), clock: clock, pause: { _ in }).runningParts()
         consumer = try ServiceHost(pointConsumer(), databasePath: paths[1], bus: consumerBus, topics: Topics(), logger: logger,
-                                   counters: counters, clock: clock, repair: repair, pause: { _ in })
+                                   counters: counters, clock: clock, repair: repair, pause: { _ in }).runningParts()
     }
 
     deinit { for path in paths { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } } }

@@ -66,7 +66,7 @@ final class HostHarness {
 
     func make(capacity: Int, keep: Int) throws -> ServiceHost<Tally> {
         try ServiceHost(tallyService(keep: keep), databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                        counters: counters, cacheCapacity: capacity, pause: { [pauses] in pauses.record($0) })
+                        counters: counters, cacheCapacity: capacity, pause: { [pauses] in pauses.record($0) }).runningParts()
     }
 
     /// A fresh host on the same file, as after kill -9 (nothing closed, nothing saved).

@@ -11,7 +11,7 @@ extension ServiceHost {
     static func inProcess(_ definition: ServiceDefinition<Row>, path: String, bus: RecordingBus, clock: ManualClock,
                           topics: Topics = Topics(), counters: HealthCounters = HealthCounters()) throws -> ServiceHost<Row> {
         try ServiceHost(definition, databasePath: path, bus: bus, topics: topics, logger: Logger(label: "test", minimum: .off),
-                        counters: counters, clock: clock)
+                        counters: counters, clock: clock).runningParts()
     }
 }
 

@@ -166,14 +166,14 @@ extension UploaderHostTests {
 extension UploaderHostTests {
     /// The real transport against the scripted sink: an answer, a stall past
     /// the timeout, a refused connection — each told apart, none a crash.
-    @Test func theRealTransportTellsAnswersStallsAndRefusals() throws {
+    @Test func theRealTransportTellsAnswersStallsAndRefusals() async throws {
         let sink = try HTTPSink(in: FileManager.default.temporaryDirectory, answers: ["429:7", "slow:3"])
         let transport = URLSessionTransport()
         let request = UploadRequest(method: "POST", url: "\(sink.url)/p", headers: ["Content-Type": "application/json"], body: Array("{}".utf8))
-        #expect(transport.send(request, timeoutMs: 2_000) == Exchange(statusCode: 429, retryAfter: "7"))
-        let stalled = transport.send(request, timeoutMs: 500)
+        #expect(await transport.send(request, timeoutMs: 2_000) == Exchange(statusCode: 429, retryAfter: "7"))
+        let stalled = await transport.send(request, timeoutMs: 500)
         #expect(stalled.statusCode == nil && stalled.failure == "timed out", "\(stalled)")
-        let refused = transport.send(UploadRequest(method: "POST", url: "http://127.0.0.1:\(try freePort())/p", headers: [:], body: nil), timeoutMs: 2_000)
+        let refused = await transport.send(UploadRequest(method: "POST", url: "http://127.0.0.1:\(try freePort())/p", headers: [:], body: nil), timeoutMs: 2_000)
         #expect(refused.statusCode == nil && refused.failure == "connection refused", "\(refused)")
     }
 }

@@ -23,28 +23,32 @@ enum SyncOutcome: Equatable, Encodable {
     }
 }
 
-/// The upload loop, on its own thread and store connection: the oldest
-/// waiting batch goes out, and its verdict decides (delete, retry later,
-/// stop for new credentials, or park it so the rest flows). The host keeps
-/// enqueueing meanwhile; nothing here blocks a message.
-final class UploadWorker: @unchecked Sendable {
-    // @unchecked: `store` and the loop's own fields are touched on the loop's thread only; the rest is in `state`.
+/// The upload loop, an async task with its own store connection: the
+/// oldest waiting batch goes out, and its verdict decides (delete, retry
+/// later, stop for new credentials, or park it so the rest flows). The host
+/// keeps enqueueing meanwhile; nothing here blocks a message or a query.
+/// It sleeps until woken (through `wakeups`: new points, a new config, a
+/// `syncNow`, stop) or until its pause is over.
+final class UploadWorker: LongRunning, @unchecked Sendable {
+    // @unchecked: `store`, `attempt` and `nextAttemptMs` are touched by `run` only; the rest is immutable or in `state`.
     private let path: String
     private let transport: any HTTPTransport
     private let clock: any WallClock
     private let random: @Sendable () -> Double
     private let logger: Logger
     private let topics: Topics
+    private let bus: any MessageBus
+    private let counters: HealthCounters
     private var store: UploaderStore?
-    private var bus: (any MessageBus)?
-    private var counters: HealthCounters?
-    private let wakeUp = DispatchSemaphore(value: 0)
-    private let finished = DispatchSemaphore(value: 0)
+    private let wakeups: AsyncStream<Void>
+    private let wakeUp: AsyncStream<Void>.Continuation
 
     private struct State {
         var stopping = false
         var forced = false
-        var waiters: [CheckedContinuationBox] = []
+        /// `syncNow` requests waiting for a pass's outcome, by id.
+        var waiters: [Int: CheckedContinuation<SyncOutcome?, Never>] = [:]
+        var nextWaiterID = 0
         var waiting = 0
         /// Points committed to the queue since start, to keep `waiting` true between passes.
         var noted = 0
@@ -54,32 +58,26 @@ final class UploadWorker: @unchecked Sendable {
     }
     private let state = Mutex(State())
 
-    /// Retry bookkeeping (loop thread only).
+    /// Retry bookkeeping (`run` only).
     private var attempt = 0
     private var nextAttemptMs: Int64 = 0
 
     init(path: String, topics: Topics, transport: any HTTPTransport, clock: any WallClock, logger: Logger,
-         random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
+         bus: any MessageBus, counters: HealthCounters, random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.path = path; self.topics = topics; self.transport = transport; self.clock = clock; self.logger = logger; self.random = random
-    }
-
-    func start(bus: any MessageBus, counters: HealthCounters) {
-        self.bus = bus
-        self.counters = counters
+        self.bus = bus; self.counters = counters
+        // One wake-up pending is as good as many.
+        (wakeups, wakeUp) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         counters.queueDepth { [weak self] in Int64(self?.state.withLock { $0.waiting } ?? 0) }
-        let thread = Thread { [self] in run() }
-        thread.name = "uploader"
-        thread.start()
     }
 
     func stop() {
         state.withLock { $0.stopping = true }
-        wakeUp.signal()
-        _ = finished.wait(timeout: .now() + 10)
+        wakeUp.finish()
     }
 
     /// New points or a new config: look again now.
-    func wake() { wakeUp.signal() }
+    func wake() { wakeUp.yield() }
 
     /// A point was committed to the queue: health counts it at once, a pass sends it.
     func noteQueued() {
@@ -89,22 +87,43 @@ final class UploadWorker: @unchecked Sendable {
             defer { s.woken = true }
             return !s.woken
         }
-        if signal { wakeUp.signal() }
+        if signal { wakeUp.yield() }
     }
 
     /// `syncNow`: an attempt now, whatever autoSync and the backoff say;
-    /// requests that arrive meanwhile share its outcome.
-    func syncNow(timeout: Duration) -> SyncOutcome? {
-        let box = CheckedContinuationBox()
-        state.withLock { $0.forced = true; $0.waiters.append(box) }
-        wakeUp.signal()
-        return box.wait(timeout: timeout)
+    /// requests that arrive meanwhile share its outcome. Nil after `timeout`.
+    func syncNow(timeout: Duration) async -> SyncOutcome? {
+        let id = state.withLock { s in defer { s.nextWaiterID += 1 }; return s.nextWaiterID }
+        return await withTaskGroup(of: SyncOutcome?.self) { group in
+            group.addTask { [self] in
+                await withTaskCancellationHandler {
+                    await withCheckedContinuation { (continuation: CheckedContinuation<SyncOutcome?, Never>) in
+                        let gone = state.withLock { s -> Bool in
+                            guard !s.stopping, !Task.isCancelled else { return true }
+                            s.forced = true
+                            s.waiters[id] = continuation
+                            return false
+                        }
+                        if gone { continuation.resume(returning: nil) } else { wakeUp.yield() }
+                    }
+                } onCancel: {
+                    state.withLock { $0.waiters.removeValue(forKey: id) }?.resume(returning: nil)
+                }
+            }
+            group.addTask {
+                // Cancelled once the outcome came: nothing to say then.
+                do { try await Task.sleep(for: timeout) } catch {}
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
     }
 
     // MARK: The loop
 
-    private func run() {
-        defer { finished.signal() }
+    func run() async throws {
         do {
             let store = UploaderStore(db: try Database(path: path))
             self.store = store
@@ -113,33 +132,52 @@ final class UploadWorker: @unchecked Sendable {
             state.withLock { $0.waiting = waiting }
         } catch {
             logger.error("the upload queue cannot be opened", ["error": "\(error)"])
-            return
+            answerWaiters(with: nil)
+            throw error
         }
+        var wakeups = self.wakeups.makeAsyncIterator()
         while !state.withLock({ $0.stopping }) {
             // A `syncNow` is answered by the pass that starts after it asked, never
             // by one already under way (that one read the state before the request).
             let (forced, waiters) = state.withLock { s in
-                defer { s.forced = false; s.waiters = []; s.woken = false }
+                defer { s.forced = false; s.waiters = [:]; s.woken = false }
                 return (s.forced, s.waiters)
             }
             var pause: Int64 = 1_000
             var outcome: SyncOutcome?
-            do { (pause, outcome) = try pass(forced: forced) } catch {
+            do { (pause, outcome) = try await pass(forced: forced) } catch {
                 logger.error("upload pass failed; trying again", ["error": "\(error)"])
             }
             if let outcome {
-                waiters.forEach { $0.resume(outcome) }
+                waiters.values.forEach { $0.resume(returning: outcome) }
             } else if !waiters.isEmpty {
                 // No answer yet (a parked batch, a failed pass): the next pass owes it.
-                state.withLock { $0.waiters = waiters + $0.waiters; $0.forced = true }
+                state.withLock { s in s.waiters.merge(waiters) { old, _ in old }; s.forced = true }
             }
-            if pause > 0 { _ = wakeUp.wait(timeout: .now() + .milliseconds(Int(min(pause, 1_000)))) }
+            guard pause > 0 else { continue }
+            // Until woken, or the pause is over (then the timer wakes it).
+            let wait = Duration.milliseconds(min(pause, 1_000))
+            await withTaskGroup(of: Void.self) { timer in
+                timer.addTask { [wakeUp] in
+                    // Cancelled: woken before the pause was over.
+                    do { try await Task.sleep(for: wait); wakeUp.yield() } catch {}
+                }
+                _ = await wakeups.next()
+                timer.cancelAll()
+            }
         }
+        answerWaiters(with: nil)
+    }
+
+    /// Stopping: a `syncNow` still waiting is told there is no outcome.
+    private func answerWaiters(with outcome: SyncOutcome?) {
+        let waiters = state.withLock { s in defer { s.waiters = [:] }; return s.waiters }
+        waiters.values.forEach { $0.resume(returning: outcome) }
     }
 
     /// One look at the queue: how long to wait before the next (ms), and
     /// what a `syncNow` would be told (nil: nothing to tell yet).
-    private func pass(forced: Bool) throws -> (Int64, SyncOutcome?) {
+    private func pass(forced: Bool) async throws -> (Int64, SyncOutcome?) {
         guard let store else { return (1_000, nil) }
         let (config, authExpired) = try store.sync()
         // The caps hold with or without a config (its defaults until one comes).
@@ -154,7 +192,7 @@ final class UploadWorker: @unchecked Sendable {
         }
         state.withLock { $0.waiting = waiting + ($0.noted - mark) }
         // Health's `oldestQueuedAgeMs`: how far behind the customer's backend is (absent when nothing waits).
-        counters?.set("oldestQueuedAgeMs", try store.oldestWaitingMs().map { max(0, clock.nowMs() - $0) })
+        counters.set("oldestQueuedAgeMs", try store.oldestWaitingMs().map { max(0, clock.nowMs() - $0) })
         guard let config else { return (1_000, .notConfigured) }
         if authExpired { return (1_000, .authExpired) }
         let nowMs = clock.nowMs()
@@ -171,7 +209,7 @@ final class UploadWorker: @unchecked Sendable {
         let requests = Requests.make(batch.map(\.point), config: config)
         let perRequest = config.format == .osmand ? 1 : batch.count
         for (i, request) in requests.enumerated() {
-            let exchange = transport.send(request, timeoutMs: config.httpTimeoutMs)
+            let exchange = await transport.send(request, timeoutMs: config.httpTimeoutMs)
             publish(.httpResponse(statusCode: exchange.statusCode, count: perRequest))
             verdict = rules.verdict(exchange, attempt: attempt, jitter: random(), nowMs: clock.nowMs())
             guard verdict == .delivered else { break }
@@ -196,7 +234,7 @@ final class UploadWorker: @unchecked Sendable {
             logger.warning("the endpoint refused the credentials (401): uploads stop until configureSync")
             if config.stopTrackingOnAuthExpiry {
                 for device in Set(batch.map(\.point.device)) {
-                    try? bus?.publish(MQTTMessage(topic: topics.command(device, "stop"), string: #"{"id":"uploader:authExpired"}"#), acknowledged: nil)
+                    send(MQTTMessage(topic: topics.command(device, "stop"), string: #"{"id":"uploader:authExpired"}"#))
                 }
             }
             return (1_000, .authExpired)
@@ -212,24 +250,12 @@ final class UploadWorker: @unchecked Sendable {
 
     private func publish(_ body: Event.Body) {
         let event = Event(device: .fleet, timeMs: clock.nowMs(), body)
-        try? bus?.publish(MQTTMessage(topic: topics.events(.fleet), payload: Array(JSONCoding.encode(event.bounded))), acknowledged: nil)
+        send(MQTTMessage(topic: topics.events(.fleet), payload: Array(JSONCoding.encode(event.bounded))))
     }
 
-}
-
-/// A blocking rendezvous for `syncNow` (the query worker's thread waits on it).
-final class CheckedContinuationBox: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private let lock = NSLock()
-    private var outcome: SyncOutcome?
-
-    func resume(_ outcome: SyncOutcome) {
-        lock.withLock { self.outcome = outcome }
-        done.signal()
-    }
-
-    func wait(timeout: Duration) -> SyncOutcome? {
-        guard done.wait(timeout: .now() + .milliseconds(Int(timeout.milliseconds))) == .success else { return nil }
-        return lock.withLock { outcome }
+    private func send(_ message: MQTTMessage) {
+        do { try bus.publish(message, acknowledged: nil) } catch {
+            logger.warning("uploader message not published", ["mqtt.topic": message.topic, "error": "\(error)"])
+        }
     }
 }

@@ -37,7 +37,8 @@ enum UploaderService {
         ServiceDefinition(name: "uploader", migrations: UploaderStore.migrations, rows: .json(fresh: { Row() })) { db in
             let store = UploaderStore(db: db)
             if let sync = settings.sync, try store.config() != sync { try store.save(sync) }
-            let worker = UploadWorker(path: db.path, topics: topics, transport: transport, clock: clock, logger: logger)
+            // Made with the bus and counters by the host, before any message can reach the routes below.
+            let made = WorkerSlot()
             return Routes(
                 inputs: [
                     .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
@@ -45,28 +46,34 @@ enum UploaderService {
                         try store.enqueue(message)
                         work.processed()
                         // Once committed the worker can see it: health counts it, a pass sends it.
-                        work.afterCommit { worker.noteQueued() }
+                        work.afterCommit { made.worker?.noteQueued() }
                     },
                 ],
                 commands: [
                     CommandRoute("configureSync", scope: .fleet) { command, _ in
-                        try configure(command, store: store, worker: worker)
+                        try configure(command, store: store, worker: made.worker)
                     },
-                    .query("syncNow", scope: .fleet) { _, _ in
-                        guard let outcome = worker.syncNow(timeout: .milliseconds(Int64(settings.syncNowTimeoutMs))) else {
+                    .waiting("syncNow", scope: .fleet) { _ in
+                        guard let worker = made.worker,
+                              let outcome = await worker.syncNow(timeout: .milliseconds(Int64(settings.syncNowTimeoutMs))) else {
                             throw CommandError(.busy, "no outcome within \(settings.syncNowTimeoutMs / 1000) s; the attempt goes on")
                         }
                         if outcome == .notConfigured { throw CommandError(.notReady, "no sync config: send configureSync with at least a url") }
                         return .value(outcome)
                     },
                 ],
-                worker: ServiceWorker(start: { bus, counters in worker.start(bus: bus, counters: counters) }, stop: { worker.stop() }))
+                worker: ServiceWorker { bus, counters in
+                    let worker = UploadWorker(path: db.path, topics: topics, transport: transport, clock: clock, logger: logger,
+                                              bus: bus, counters: counters)
+                    made.worker = worker
+                    return worker
+                })
         }
     }
 
     /// `configureSync {url?, headers?, …}`: merged over the config in force,
     /// checked, stored; replies with the config, secrets masked.
-    private static func configure(_ command: IncomingCommand, store: UploaderStore, worker: UploadWorker) throws -> SyncConfig {
+    private static func configure(_ command: IncomingCommand, store: UploaderStore, worker: UploadWorker?) throws -> SyncConfig {
         guard case .object(let changes) = command.request.args ?? .object([:]) else {
             throw CommandError(.badInput, "args must be an object of SyncConfig keys")
         }
@@ -82,7 +89,13 @@ enum UploaderService {
             throw CommandError(.invalidConfig, DecodingErrorText.describe(error, root: "args"))
         }
         try store.save(config)
-        worker.wake()
+        worker?.wake()
         return config.masked
     }
+}
+
+/// The uploader's worker, once the host has made it (the routes are wired first).
+final class WorkerSlot: @unchecked Sendable {
+    // @unchecked: set once by the host's init, before its parts start or any message arrives; read-only after.
+    var worker: UploadWorker?
 }

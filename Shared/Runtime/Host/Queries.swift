@@ -1,5 +1,4 @@
 import Bus
-import Dispatch
 import Foundation
 import TrackerLog
 import Model
@@ -56,12 +55,18 @@ public final class QueryContext {
     }
 }
 
-/// Answers queries off the network thread: one worker with its own
-/// read-only connection, at most `capacity` queries waiting (beyond that the
-/// reply is `busy` at once), replies bounded in bytes. Ingest never waits
-/// for a query, however many arrive.
-final class QueryWorker: Sendable {
-    private let queue = DispatchQueue(label: "tracker.queries")
+/// Answers queries off the network thread: one task with its own read-only
+/// connection reads them in turn, at most `capacity` waiting (beyond that
+/// the reply is `busy` at once), replies bounded in bytes. Ingest never waits
+/// for a query, however many arrive; a query that waits on something else
+/// (`CommandRoute.waiting`) runs beside the reads, so they go on meanwhile.
+final class QueryWorker: LongRunning {
+    private struct Job: Sendable {
+        let command: IncomingCommand
+        let run: QueryJob
+    }
+    private let jobs: AsyncStream<Job>
+    private let submitted: AsyncStream<Job>.Continuation
     private let pending = Mutex(0)
     let capacity: Int
     let maxReplyBytes: Int
@@ -70,54 +75,88 @@ final class QueryWorker: Sendable {
     private let topics: Topics
     private let logger: Logger
     private let counters: HealthCounters
-    /// Touched only on `queue`.
-    nonisolated(unsafe) private var connection: (db: Database, logs: [String: DeviceLog])?
 
     init(path: String, capacity: Int, maxReplyBytes: Int, bus: any MessageBus, topics: Topics, logger: Logger, counters: HealthCounters) {
         self.path = path; self.capacity = capacity; self.maxReplyBytes = maxReplyBytes
         self.bus = bus; self.topics = topics; self.logger = logger; self.counters = counters
+        (jobs, submitted) = AsyncStream.makeStream(of: Job.self)
     }
 
-    /// Queues a query; false when `capacity` are waiting already.
-    func submit(_ command: IncomingCommand, _ run: @escaping @Sendable (IncomingCommand, QueryContext) throws -> QueryResult) -> Bool {
+    /// Queues a query; false when `capacity` are waiting already, or the worker has stopped.
+    func submit(_ command: IncomingCommand, _ run: QueryJob) -> Bool {
         let accepted = pending.withLock { n in
             guard n < capacity else { return false }
             n += 1
             return true
         }
         guard accepted else { return false }
-        queue.async { [self] in
-            defer { pending.withLock { $0 -= 1 } }
-            let payload: [UInt8]
-            do {
-                let context = try self.context(for: command.device)
-                payload = try Self.reply(to: command, run(command, context))
-            } catch let error as CommandError {
-                payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, error)))
-            } catch {
-                logger.error("query failed", ["command": command.name, "device": command.device.rawValue, "error": "\(error)"])
-                payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, CommandError(.internal, "store failed: \(error)"))))
-            }
-            counters.count("queries")
-            let message = CommandReplyMessage(command, .success(id: command.request.id, .null)).message(topics, payload: payload)
-            do { try bus.publish(message, acknowledged: nil) } catch {
-                logger.warning("reply not published", ["mqtt.topic": message.topic, "error": "\(error)"])
-            }
+        if case .terminated = submitted.yield(Job(command: command, run: run)) {
+            pending.withLock { $0 -= 1 }
+            return false
         }
         return true
     }
 
-    /// Waits for the queries already queued (graceful stop).
-    func finish() { queue.sync {} }
+    /// Answers queries until stopped, then the ones already queued.
+    func run() async {
+        var connection: Connection?
+        await withTaskGroup(of: Void.self) { waits in
+            for await job in jobs {
+                switch job.run {
+                case .reads(let read):
+                    answer(job.command) {
+                        if connection == nil { connection = try Connection(path: path) }
+                        return try read(job.command, connection!.context(for: job.command.device, maxReplyBytes: maxReplyBytes))
+                    }
+                case .waits(let wait):
+                    waits.addTask { [self] in await answerAsync(job.command) { try await wait(job.command) } }
+                }
+            }
+        }
+    }
 
-    private func context(for device: DeviceID) throws -> QueryContext {
-        if connection == nil { connection = (try Database(path: path, readOnly: true), [:]) }
-        let db = connection!.db
-        return QueryContext(device: device, db: db, maxReplyBytes: maxReplyBytes) { [self] table in
-            if let log = connection?.logs[table] { return log }
-            let log = try DeviceLog(db: db, table: table)
-            connection?.logs[table] = log
-            return log
+    /// Ends `run` once the queued queries are answered.
+    func stop() { submitted.finish() }
+
+    private func answer(_ command: IncomingCommand, _ body: () throws -> QueryResult) {
+        publish(command, Result { try Self.reply(to: command, body()) })
+    }
+
+    private func answerAsync(_ command: IncomingCommand, _ body: () async throws -> QueryResult) async {
+        do { publish(command, .success(try Self.reply(to: command, await body()))) } catch { publish(command, .failure(error)) }
+    }
+
+    private func publish(_ command: IncomingCommand, _ outcome: Result<[UInt8], any Error>) {
+        defer { pending.withLock { $0 -= 1 } }
+        let payload: [UInt8]
+        switch outcome {
+        case .success(let bytes): payload = bytes
+        case .failure(let error as CommandError):
+            payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, error)))
+        case .failure(let error):
+            logger.error("query failed", ["command": command.name, "device": command.device.rawValue, "error": "\(error)"])
+            payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, CommandError(.internal, "store failed: \(error)"))))
+        }
+        counters.count("queries")
+        let message = CommandReplyMessage(command, .success(id: command.request.id, .null)).message(topics, payload: payload)
+        do { try bus.publish(message, acknowledged: nil) } catch {
+            logger.warning("reply not published", ["mqtt.topic": message.topic, "error": "\(error)"])
+        }
+    }
+
+    /// The worker's read-only connection and the logs opened on it; owned by `run`.
+    private final class Connection {
+        let db: Database
+        var logs: [String: DeviceLog] = [:]
+        init(path: String) throws { db = try Database(path: path, readOnly: true) }
+
+        func context(for device: DeviceID, maxReplyBytes: Int) -> QueryContext {
+            QueryContext(device: device, db: db, maxReplyBytes: maxReplyBytes) { [self] table in
+                if let log = logs[table] { return log }
+                let log = try DeviceLog(db: db, table: table)
+                logs[table] = log
+                return log
+            }
         }
     }
 

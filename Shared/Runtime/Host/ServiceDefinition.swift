@@ -51,11 +51,9 @@ public struct Routes<Row> {
 
 /// Work a service does off the network thread, for the life of the host.
 public struct ServiceWorker {
-    public var start: (_ bus: any MessageBus, _ counters: HealthCounters) -> Void
-    public var stop: () -> Void
-    public init(start: @escaping (any MessageBus, HealthCounters) -> Void, stop: @escaping () -> Void) {
-        self.start = start; self.stop = stop
-    }
+    /// Makes the part, given the bus it publishes on and the counters health reads.
+    public var make: (_ bus: any MessageBus, _ counters: HealthCounters) -> any LongRunning
+    public init(_ make: @escaping (any MessageBus, HealthCounters) -> any LongRunning) { self.make = make }
 }
 
 /// How a device's row is stored: one JSON document per device in the host's table.
@@ -162,10 +160,11 @@ public struct InputRoute<Row> {
 public struct CommandRoute<Row> {
     public enum Scope: Sendable { case device, fleet, any }
     public typealias Query = @Sendable (IncomingCommand, QueryContext) throws -> QueryResult
+    public typealias Wait = @Sendable (IncomingCommand) async throws -> QueryResult
 
     enum Kind {
         case inline((IncomingCommand, Work<Row>) throws -> any Encodable)
-        case query(Query)
+        case query(QueryJob)
     }
 
     public let name: String
@@ -181,10 +180,23 @@ public struct CommandRoute<Row> {
     /// A read of stored data: answered by the query worker on its own
     /// connection, never on the network thread, bounded in bytes.
     public static func query(_ name: String, scope: Scope = .device, _ run: @escaping Query) -> CommandRoute {
-        CommandRoute(name: name, scope: scope, kind: .query(run))
+        CommandRoute(name: name, scope: scope, kind: .query(.reads(run)))
+    }
+
+    /// A command answered once something outside the store is done (the
+    /// uploader's `syncNow` waits for an upload attempt): it runs beside the
+    /// query worker's reads, so other queries go on while it waits.
+    public static func waiting(_ name: String, scope: Scope = .device, _ run: @escaping Wait) -> CommandRoute {
+        CommandRoute(name: name, scope: scope, kind: .query(.waits(run)))
     }
 
     private init(name: String, scope: Scope, kind: Kind) { self.name = name; self.scope = scope; self.kind = kind }
+}
+
+/// What the query worker runs for a command: a read of the store, or a wait.
+enum QueryJob: Sendable {
+    case reads(@Sendable (IncomingCommand, QueryContext) throws -> QueryResult)
+    case waits(@Sendable (IncomingCommand) async throws -> QueryResult)
 }
 
 /// Periodic work, `every` so often: which devices to look at (from the

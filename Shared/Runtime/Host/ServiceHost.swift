@@ -19,8 +19,9 @@ import Store
 ///   never block the rest.
 ///
 /// Confinement, not locks: `receive`, `commit`, `tick` and `connected` run on
-/// the bus's network thread only; `init` before it starts, `close` after it
-/// stopped. That is what `@unchecked Sendable` stands for here.
+/// the input connection's network thread only (`confine(to:)`; each checks
+/// it), `init` before that thread starts and `close` after it ended. That is
+/// what `@unchecked Sendable` stands for here.
 public final class ServiceHost<Row>: @unchecked Sendable {
     public let name: String
     let db: Database
@@ -38,7 +39,12 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     private let counters: HealthCounters
     private let clock: any WallClock
     private let queries: QueryWorker
-    /// How the host waits before a failed batch is redelivered (injected in tests).
+    /// The service's own part, if it has one (the uploader's HTTP loop).
+    private let worker: (any LongRunning)?
+    /// The connection whose network thread alone may enter the host (none in tests that drive it directly).
+    private var owner: MQTTClient?
+    /// Holds redelivery back after a failed batch: the runner holds the input
+    /// connection's reading for that long (never a sleep on the network thread).
     private let pause: (Duration) -> Void
     public let epoch: String
     /// The client id, for the topic repair answers come back on.
@@ -81,7 +87,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
                 cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
                 instance: String? = nil, repair: RepairSettings = RepairSettings(), replyTopicPrefixes: [String] = [],
-                pause: @escaping (Duration) -> Void = ServiceHost.sleep) throws {
+                pause: @escaping (Duration) -> Void = { _ in }) throws {
         name = definition.name
         self.instance = instance ?? "tracker-\(definition.name)"
         repairReplyTopic = topics.repairReply(self.instance)
@@ -141,7 +147,27 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard Set(commands.keys) == owned else {
             throw ConfigError("commands", "\(name) answers \(commands.keys.sorted()) but the catalogue lists \(owned.sorted())")
         }
-        routes.worker?.start(bus, counters)
+        let worker = routes.worker?.make(bus, counters)
+        self.worker = worker
+        parts = [Lifecycle.Part("queries", queries, blocking: true)]
+            + (worker.map { [Lifecycle.Part("\(definition.name) worker", $0, blocking: true)] } ?? [])
+    }
+
+    /// Only `client`'s network thread may call `receive`, `commit`, `tick`
+    /// and `connected` from now on; `close` only once that thread has ended.
+    /// Call before the client connects.
+    public func confine(to client: MQTTClient) { owner = client }
+
+    /// The host's own parts, for the process's `Lifecycle`: started before the
+    /// input connection and stopped after it, so no message is still being
+    /// handled when they wind down.
+    public let parts: [Lifecycle.Part]
+
+    /// On the owner's network thread, or while it is not running (before it
+    /// starts, after it ended: `close`), or no owner set.
+    private func checkThread(_ entry: StaticString = #function) {
+        guard let owner else { return }
+        precondition(owner.isOnNetworkThread || !owner.isRunning, "ServiceHost.\(entry) called off its network thread")
     }
 
     /// What to subscribe to: every input, and the commands (all names, for the
@@ -161,6 +187,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     public func receive(_ message: MQTTMessage) {
+        checkThread()
         openBatchIfNeeded()
         // A failed batch is redelivered whole: handling more of it now would be undone anyway.
         guard batch.failure == nil else { return }
@@ -536,6 +563,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// produced. Returns false when the batch could not be stored: then
     /// nothing of it is acknowledged, and the broker sends it again.
     public func commit() -> Bool {
+        checkThread()
         guard db.hasOpenBatch || batch.failure != nil else { return true }
         if batch.failure == nil {
             do {
@@ -617,6 +645,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     /// The periodic sweep, the outbox watermarks and the trims they allow.
     public func tick() {
+        checkThread()
         openBatchIfNeeded()
         do {
             try saveWatermarks()
@@ -693,6 +722,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// After each (re)connect; on the first, publish whatever the last run
     /// may not have delivered (later reconnects resend by themselves).
     public func connected(reconnect: Bool) {
+        checkThread()
         guard !reconnect, let outbox, let route = routes.outbox else { return }
         do {
             let pending = try store.unacknowledged(in: route.log)
@@ -703,19 +733,16 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
-    /// Graceful stop, after the network thread ended: save the watermarks,
-    /// and checkpoint so the `.sqlite` file alone holds everything.
+    /// Graceful stop, after the network thread and the parts ended: save the
+    /// watermarks, and checkpoint so the `.sqlite` file alone holds everything.
     public func close() {
-        routes.worker?.stop()
-        queries.finish()
+        precondition(!(owner?.isRunning ?? false), "ServiceHost.close() while its network thread runs")
+        // Already stopped by the lifecycle; a test that drives the host directly has them stop here.
+        parts.forEach { $0.service.stop() }
         openBatchIfNeeded()
         do { try saveWatermarks() } catch { logger.error("cannot save the outbox watermarks", ["error": "\(error)"]) }
         _ = commit()
         do { try db.checkpoint() } catch { logger.error("checkpoint failed", ["error": "\(error)"]) }
-    }
-
-    public static func sleep(_ duration: Duration) {
-        Thread.sleep(forTimeInterval: duration.seconds)
     }
 
     /// The pause before a failed batch comes back: doubling from 50 ms, at most 5 s.
