@@ -112,6 +112,7 @@ struct Ctl {
         }
         var seen = 0
         for await message in stream {
+            // One it cannot read (another version's) is printed raw below, never dropped.
             let event = try? JSONCoding.decoder.decode(Event.self, from: Data(message.payload))
             if let event, skipped.contains(event.type) { continue }
             if json {
@@ -140,9 +141,11 @@ struct Ctl {
         guard let device = DeviceID(allowingReserved: deviceText) else { throw UsageError("'\(deviceText)' is not a valid device id") }
         var request = CommandRequest(id: .string(UUID().uuidString.lowercased()))
         if let argsText = args.positional() {
-            guard let value = try? JSONCoding.decoder.decode(JSONValue.self, from: Data(argsText.utf8)), case .object = value else {
-                throw UsageError("JSON-ARGS must be a JSON object, got \(argsText)")
+            let value: JSONValue
+            do { value = try JSONCoding.decoder.decode(JSONValue.self, from: Data(argsText.utf8)) } catch {
+                throw UsageError("JSON-ARGS is not valid JSON (\(DecodingErrorText.describe(any: error))): \(argsText)")
             }
+            guard case .object = value else { throw UsageError("JSON-ARGS must be a JSON object, got \(argsText)") }
             request.args = value
         }
         try args.finish()
@@ -158,6 +161,7 @@ struct Ctl {
                 try client.publish(MQTTMessage(topic: topic, payload: payload))
                 let requestID = request.id
                 reply = try await first(in: stream, timeout: timeout) { message in
+                    // An unreadable reply is not the one it waits for; it keeps waiting until the timeout.
                     (try? JSONCoding.decoder.decode(CommandReply.self, from: Data(message.payload)))?.id == requestID
                 }
             } else {
@@ -199,8 +203,9 @@ struct Ctl {
         try args.finish()
         let client = try await connection.connect(name: "health")
         let collected = HealthBox()
+        let unreadable = FailureCount()
         client.setHandler { message in
-            if let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload)) { collected.add(health) }
+            do { collected.add(try JSONCoding.decoder.decode(Health.self, from: Data(message.payload))) } catch { unreadable.add() }
         }
         try await client.subscribe([connection.topics.allHealth])
         // Retained messages arrive right after the subscription; give them a moment.
@@ -208,6 +213,9 @@ struct Ctl {
         await client.disconnect()
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let rows = collected.all.sorted { $0.service < $1.service }
+        if unreadable.value > 0 {
+            FileHandle.standardError.write(Data("trackerctl: \(unreadable.value) health message(s) could not be read (another version's?)\n".utf8))
+        }
         if let check {
             guard let h = rows.first(where: { $0.service == check }) else { fail("\(check): no health published", code: 1) }
             let age = Double(now - h.timeMs) / 1000, interval = Double(h.intervalMs ?? 5_000) / 1000

@@ -33,7 +33,7 @@ struct Recording {
         for text in String(decoding: data, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false) {
             let trimmed = text.trimmingCharacters(in: .whitespacesAndNewlines)
             if trimmed.isEmpty { continue }
-            // Lines go out unchanged; `t` is read only for pacing.
+            // Lines go out unchanged; `t` is read only for pacing (a line without one goes out at once).
             let t = (try? JSONCoding.decoder.decode(TimeOnly.self, from: Data(trimmed.utf8)))?.t
             lines.append(Line(payload: trimmed, t: t))
         }

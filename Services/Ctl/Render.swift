@@ -13,9 +13,11 @@ extension Ctl {
         try args.finish()
         var buildArgs: [String: JSONValue] = ["sessionID": .string(day.sessionID)]
         if let optionsText {
-            guard let options = try? JSONCoding.decoder.decode(JSONValue.self, from: Data(optionsText.utf8)) else {
-                throw UsageError("--options must be a JSON object")
+            let options: JSONValue
+            do { options = try JSONCoding.decoder.decode(JSONValue.self, from: Data(optionsText.utf8)) } catch {
+                throw UsageError("--options is not valid JSON (\(DecodingErrorText.describe(any: error)))")
             }
+            guard case .object = options else { throw UsageError("--options must be a JSON object") }
             buildArgs["options"] = options
         }
         let client = try await connection.connect(name: "render")

@@ -107,6 +107,7 @@ struct WebAssets {
     static func locate() throws -> WebAssets {
         var candidates: [URL] = []
         if let dir = ProcessInfo.processInfo.environment["TRACKER_WEB_DIR"] { candidates.append(URL(fileURLWithPath: dir)) }
+        // No /proc (not Linux): the path it was started by is the next best guess.
         let exe = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
         // .build/<configuration>/trackerctl (or .build/<triple>/<configuration>/) inside the checkout.
         var up = exe.deletingLastPathComponent()
@@ -126,9 +127,8 @@ struct WebAssets {
         if path.hasPrefix("vendor/leaflet/"), !FileManager.default.fileExists(atPath: url.path) {
             url = URL(fileURLWithPath: "/usr/share/javascript/leaflet").appendingPathComponent(String(path.dropFirst("vendor/leaflet/".count)))
         }
-        guard let text = try? String(contentsOf: url, encoding: .utf8) else {
-            throw UsageError("cannot read \(url.path) (run scripts/build-web, or install libjs-leaflet)")
+        do { return try String(contentsOf: url, encoding: .utf8) } catch {
+            throw UsageError("cannot read \(url.path): \(error.localizedDescription) (run scripts/build-web, or install libjs-leaflet)")
         }
-        return text
     }
 }

@@ -12,9 +12,13 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.singleValueContainer()
+        func attempt<T: Decodable>(_ type: T.Type) -> T? {
+            // Each kind is tried in turn: a mismatch only says "not this kind", and the last one reports.
+            try? container.decode(type)
+        }
         if container.decodeNil() { self = .null }
-        else if let value = try? container.decode(Bool.self) { self = .bool(value) }
-        else if let value = try? container.decode(Double.self) {
+        else if let value = attempt(Bool.self) { self = .bool(value) }
+        else if let value = attempt(Double.self) {
             // Beyond ±2^53 a JSON integer has no exact Double: refuse it rather than round it.
             guard abs(value) < 9_007_199_254_740_992 || value.rounded() != value else {
                 throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath,
@@ -22,8 +26,8 @@ public enum JSONValue: Codable, Sendable, Equatable, Hashable {
             }
             self = .number(value)
         }
-        else if let value = try? container.decode(String.self) { self = .string(value) }
-        else if let value = try? container.decode([JSONValue].self) { self = .array(value) }
+        else if let value = attempt(String.self) { self = .string(value) }
+        else if let value = attempt([JSONValue].self) { self = .array(value) }
         else { self = .object(try container.decode([String: JSONValue].self)) }
     }
 

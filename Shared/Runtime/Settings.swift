@@ -35,9 +35,12 @@ public final class SettingsReader {
         }
         var values: [String: JSONValue] = [:]
         if let data = FileManager.default.contents(atPath: path) {
-            guard case .object(let object)? = try? JSONCoding.decoder.decode(JSONValue.self, from: data) else {
-                throw ConfigError(path, "not a JSON object")
+            let parsed: JSONValue
+            do { parsed = try JSONCoding.decoder.decode(JSONValue.self, from: data) } catch {
+                // Foundation's message gives the line and column of a syntax error.
+                throw ConfigError(path, "not valid JSON: \(DecodingErrorText.describe(any: error))")
             }
+            guard case .object(let object) = parsed else { throw ConfigError(path, "not a JSON object") }
             values = object
         } else if explicit {
             throw ConfigError("--config", "cannot read \(path)")
@@ -72,9 +75,12 @@ public final class SettingsReader {
 
     /// The first line of a password file.
     public static func password(fromFile path: String) throws -> String {
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8),
-              let line = text.split(whereSeparator: \.isNewline).first, !line.isEmpty else {
-            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read a password from \(path)")
+        let text: String
+        do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
+            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read \(path): \(error.localizedDescription)")
+        }
+        guard let line = text.split(whereSeparator: \.isNewline).first, !line.isEmpty else {
+            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "\(path) holds no password (its first line is empty)")
         }
         return String(line)
     }

@@ -34,6 +34,7 @@ public struct Logger: Sendable {
         line["logger"] = label
         line["msg"] = message
         line["timeMs"] = String(Int64(Date().timeIntervalSince1970 * 1000))
+        // A log line must never throw into its caller; one that cannot be encoded still leaves a trace.
         var data = (try? Self.encoder.encode(line)) ?? Data(#"{"msg":"unencodable log line"}"#.utf8)
         data.append(0x0A)
         FileHandle.standardError.write(data)

@@ -78,6 +78,7 @@ public struct FixParser: Sendable {
         case nil:
             return .refused(InputProblem("payload is empty"))
         default:
+            // Only which message to give depends on it: valid JSON of the wrong shape, or not JSON at all.
             if (try? JSONSerialization.jsonObject(with: Data(payload), options: [.fragmentsAllowed])) != nil {
                 return .refused(InputProblem("payload: expected a fix object or an array of fixes"))
             }

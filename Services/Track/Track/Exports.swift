@@ -64,8 +64,8 @@ enum Exports {
 
     /// The Track with each segment's line as an encoded polyline (Google's
     /// algorithm, precision 5: 1e-5 degrees, about a metre), `[lat, lon]` order.
-    static func polylineJSON(_ track: Track) -> JSONValue {
-        var value = (try? JSONValue(encoding: track)) ?? .null
+    static func polylineJSON(_ track: Track) throws -> JSONValue {
+        var value = try JSONValue(encoding: track)
         guard case .object(var fields) = value, case .array(let segments)? = fields["segments"] else { return value }
         fields["segments"] = .array(zip(segments, track.segments).map { json, segment in
             guard case .object(var s) = json else { return json }

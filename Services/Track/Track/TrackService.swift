@@ -122,7 +122,7 @@ enum TrackService {
                     },
                     .query("buildTrack") { command, query in .value(try Exports.track(command, query, settings)) },
                     .query("exportGeoJSON") { command, query in .value(JSONCoding.string(Exports.geoJSON(try Exports.track(command, query, settings)))) },
-                    .query("exportPolylineJSON") { command, query in .value(Exports.polylineJSON(try Exports.track(command, query, settings))) },
+                    .query("exportPolylineJSON") { command, query in .value(try Exports.polylineJSON(try Exports.track(command, query, settings))) },
                     .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query, settings))) },
                     .query("getSummary") { command, query in .value(try Summary.of(command, query)) },
                 ],

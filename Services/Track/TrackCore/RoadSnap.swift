@@ -33,7 +33,9 @@ public struct RoadSnapper: Sendable {
 
     /// The matched line of one response, `[lon, lat]` pairs, or why there is none.
     public static func line(from data: Data) throws(SnapError) -> [[Double]] {
-        guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any] else { throw SnapError("the answer is not JSON") }
+        let parsed: Any
+        do { parsed = try JSONSerialization.jsonObject(with: data) } catch { throw SnapError("the answer is not JSON (\(error.localizedDescription))") }
+        guard let object = parsed as? [String: Any] else { throw SnapError("the answer is not a JSON object") }
         guard object["code"] as? String == "Ok" else { throw SnapError("OSRM said \(object["code"] as? String ?? "nothing"): \(object["message"] as? String ?? "")") }
         let matchings = object["matchings"] as? [[String: Any]] ?? []
         let coordinates = matchings.flatMap { (($0["geometry"] as? [String: Any])?["coordinates"] as? [[Double]]) ?? [] }

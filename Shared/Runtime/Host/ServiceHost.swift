@@ -351,6 +351,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard routes.answersUnknownCommands, parts.count == 4, parts[2] == "cmd" else { return }
         let replyTopic = message.responseTopic.flatMap { topics.mayReply(to: $0, for: segment, outside: replyPrefixes) ? $0 : nil }
             ?? "\(topics.prefix)/\(segment)/reply/\(parts[3])"
+        // Refused for its topic whatever it says; an unreadable request just gets no id back.
         let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
         let reply = CommandReply.failure(id: request?.id, CommandError(.badInput,
             "device: '\(segment.prefix(80))' is not a device id (1–64 of A-Z a-z 0-9 . _ -, not starting with _ except _fleet)"))
@@ -458,9 +459,13 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// A producer's health: for each device that fell quiet, the newest seq it
     /// sent. One ahead of what was applied (after a grace) is a lost tail.
     private func noteTips(_ message: MQTTMessage, input: String) {
-        // A health this build cannot read (another version's, a forged one) carries no tips for it.
-        guard let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload)),
-              let stream = health.streams?[input] else { return }
+        let health: Health
+        do { health = try JSONCoding.decoder.decode(Health.self, from: Data(message.payload)) } catch {
+            // Another version's or a forged one: it carries no tips this build can use; counted, not fatal.
+            counters.count("unreadableHealth")
+            return
+        }
+        guard let stream = health.streams?[input] else { return }
         let now = clock.nowMs()
         for (id, tip) in stream.tips {
             guard let device = DeviceID(id) else { continue }
