@@ -27,12 +27,12 @@ public final class MQTTClient: @unchecked Sendable {
     public typealias Acknowledgement = @Sendable (Result<Void, MQTTError>) -> Void
 
     public let options: MQTTOptions
-    private let mosq: OpaquePointer
-    private let state = Mutex(State())
-    private let loop: NetworkLoop
-    private let logger: Logger?
+    let mosq: OpaquePointer
+    let state = Mutex(State())
+    let loop: NetworkLoop
+    let logger: Logger?
 
-    private struct State {
+    struct State {
         var connected = false
         var loopStarted = false
         var closing = false
@@ -210,7 +210,7 @@ public final class MQTTClient: @unchecked Sendable {
     /// One connection attempt, on the network thread (the loop's first
     /// attempt; later ones are `mosquitto_reconnect`, which keeps these
     /// settings and properties).
-    private func connectOnce() -> Int32 {
+    func connectOnce() -> Int32 {
         var props: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&props) }
         if options.protocolVersion == .v5, options.sessionExpirySec > 0 {
@@ -222,7 +222,7 @@ public final class MQTTClient: @unchecked Sendable {
     }
 
     /// Called by the loop when an attempt fails before any CONNACK.
-    private func connectAttemptFailed(_ rc: Int32) {
+    func connectAttemptFailed(_ rc: Int32) {
         let error = MQTTError.library(operation: "connect to \(options.host):\(options.port)", code: rc, message: Self.describe(rc))
         let waiters = state.withLock { s in defer { s.connectWaiters = [:] }; return s.connectWaiters }
         waiters.values.forEach { $0.resume(throwing: error) }
@@ -301,7 +301,7 @@ public final class MQTTClient: @unchecked Sendable {
     /// so the PUBACK callback cannot run before the closure is registered.
     /// A QoS 1 message published while disconnected is queued by the library
     /// (which answers NO_CONN) and sent after the reconnect: that is success.
-    private func send(_ message: MQTTMessage, registering ack: Acknowledgement? = nil, in s: inout State) -> Int32 {
+    func send(_ message: MQTTMessage, registering ack: Acknowledgement? = nil, in s: inout State) -> Int32 {
         var mid: Int32 = 0
         let rc = send(message, mid: &mid)
         let queued = rc == MOSQ_ERR_SUCCESS.rawValue || (rc == MOSQ_ERR_NO_CONN.rawValue && message.qos == .atLeastOnce)
@@ -313,12 +313,12 @@ public final class MQTTClient: @unchecked Sendable {
         return MOSQ_ERR_SUCCESS.rawValue
     }
 
-    private func send(_ message: MQTTMessage) -> Int32 {
+    func send(_ message: MQTTMessage) -> Int32 {
         var mid: Int32 = 0
         return send(message, mid: &mid)
     }
 
-    private func send(_ message: MQTTMessage, mid: inout Int32) -> Int32 {
+    func send(_ message: MQTTMessage, mid: inout Int32) -> Int32 {
         var props: OpaquePointer? = nil
         defer { mosquitto_property_free_all(&props) }
         if let responseTopic = message.responseTopic {
@@ -337,7 +337,7 @@ public final class MQTTClient: @unchecked Sendable {
         }
     }
 
-    private func check(publishing message: MQTTMessage, _ rc: Int32) throws {
+    func check(publishing message: MQTTMessage, _ rc: Int32) throws {
         guard rc != MOSQ_ERR_SUCCESS.rawValue else { return }
         if rc == MOSQ_ERR_NO_CONN.rawValue { throw MQTTError.notConnected(operation: "publish to \(message.topic)") }
         throw MQTTError.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))
@@ -396,7 +396,7 @@ public final class MQTTClient: @unchecked Sendable {
         }
     }
 
-    private func subscribeMultiple(_ filters: [String], qos: QoS, mid: inout Int32) -> Int32 {
+    func subscribeMultiple(_ filters: [String], qos: QoS, mid: inout Int32) -> Int32 {
         var cStrings = filters.map { strdup($0) }
         defer { cStrings.forEach { free($0) } }
         return cStrings.withUnsafeMutableBufferPointer { buffer in
@@ -432,141 +432,9 @@ public final class MQTTClient: @unchecked Sendable {
         }
     }
 
-    // MARK: Callbacks (network thread)
-
-    /// Stands for re-subscriptions not yet sent (no real message id is negative).
-    static let resubscribePending: Int32 = -1
-
-    fileprivate func handleConnect(rc: Int32) {
-        let (waiters, subscriptions, hook, count) = state.withLock { s in
-            defer { s.connectWaiters = [:] }
-            if rc == 0 {
-                s.connected = true
-                s.connectCount += 1
-                // Not subscribed until the re-subscriptions below are acknowledged: a
-                // placeholder id closes the window in which `isSubscribed` would say
-                // yes (health once said online there, and a fix sent then was lost).
-                if !s.subscriptions.isEmpty { s.resubscribing = [Self.resubscribePending] }
-            }
-            return (s.connectWaiters, s.subscriptions, s.onConnect, s.connectCount)
-        }
-        guard rc == 0 else {
-            let reason = String(cString: mosquitto_reason_string(rc))
-            logger?.warning("broker refused the connection", ["reason": reason, "code": "\(rc)"])
-            waiters.values.forEach { $0.resume(throwing: MQTTError.refused(code: rc, reason: reason)) }
-            return
-        }
-        if count > 1 { logger?.info("reconnected to broker", ["broker": "\(options.host):\(options.port)"]) }
-        // Re-subscribe on every connect; the broker may have lost the session.
-        // (Acknowledged on this same thread, later: the ids are noted in time.)
-        var pending: Set<Int32> = []
-        for qos in [QoS.atMostOnce, .atLeastOnce] {
-            let filters = subscriptions.filter { $0.qos == qos }.map(\.filter)
-            var mid: Int32 = 0
-            if !filters.isEmpty, subscribeMultiple(filters, qos: qos, mid: &mid) == MOSQ_ERR_SUCCESS.rawValue { pending.insert(mid) }
-        }
-        state.withLock { $0.resubscribing = pending }
-        hook?(count > 1)
-        waiters.values.forEach { $0.resume() }
-    }
-
-    /// After the read that took a CONNACK (libmosquitto queues its resends
-    /// right after calling back): the messages that waited go to the library, in order.
-    private func releaseAfterConnect() {
-        state.withLock { s in
-            guard s.connected, !s.resendsQueued else { return }
-            s.resendsQueued = true
-            releaseBacklog(in: &s)
-        }
-    }
-
-    /// Hands waiting messages to the library while there is room, oldest first.
-    private func releaseBacklog(in s: inout State) {
-        while s.resendsQueued, s.acks.count < Self.maxOutstanding, let (message, next) = s.backlog.first {
-            let rc = send(message, registering: next, in: &s)
-            s.backlog.removeFirst()
-            if rc != MOSQ_ERR_SUCCESS.rawValue {
-                next(.failure(.library(operation: "publish to \(message.topic)", code: rc, message: Self.describe(rc))))
-            }
-        }
-    }
-
-    fileprivate func handleDisconnect(rc: Int32) {
-        let (wasConnected, closing, pending) = state.withLock { s in
-            defer { s.connected = false; s.resendsQueued = false }
-            return (s.connected, s.closing, s.acks.count + s.backlog.count)
-        }
-        if wasConnected, !closing {
-            logger?.warning("connection to broker lost; reconnecting",
-                            ["reason": Self.describe(rc), "code": "\(rc)", "unacknowledged": "\(pending)"])
-        }
-        // Subscribes and requests in flight are lost with the connection;
-        // publishes are not (see the type's doc), so their closures keep waiting.
-        failAllWaiters(.connectionLost(operation: "in-flight operation"), includingAcknowledgements: false)
-    }
-
-    fileprivate func handlePublished(mid: Int32, reasonCode: Int32) {
-        let (sent, onRefused, drained) = state.withLock { s in
-            let sent = s.acks.removeValue(forKey: mid)
-            // Room again: hand the next waiting messages to the library, in order.
-            releaseBacklog(in: &s)
-            var drained: [CheckedContinuation<Void, Never>] = []
-            if s.acks.isEmpty && s.backlog.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
-            return (sent, s.onRefused, drained)
-        }
-        if reasonCode >= 0x80 {
-            // Final: the library forgot it with this PUBACK, so it is never resent.
-            if let sent { onRefused?(sent.topic, reasonCode) }
-            sent?.ack(.failure(.publishRefused(topic: sent?.topic ?? "?", code: reasonCode)))
-        } else {
-            sent?.ack(.success(()))
-        }
-        drained.forEach { $0.resume() }
-    }
-
-    fileprivate func handleSubscribed(mid: Int32, granted: [Int32]) {
-        guard let waiter = state.withLock({ s in
-            s.resubscribing.remove(mid)
-            return s.subscribeWaiters.removeValue(forKey: mid)
-        }) else { return }
-        if let index = granted.firstIndex(where: { $0 >= 0x80 }) {
-            let filter = index < waiter.filters.count ? waiter.filters[index] : "?"
-            waiter.continuation.resume(throwing: MQTTError.subscriptionRejected(filter: filter, code: granted[index]))
-        } else {
-            waiter.continuation.resume()
-        }
-    }
-
-    fileprivate func handleMessage(_ message: MQTTMessage) {
-        let (request, handler) = state.withLock { s in
-            (message.correlationData.flatMap { s.requests.removeValue(forKey: $0) }, s.handler)
-        }
-        if let request { request.resume(returning: message); return }
-        handler?(message)
-    }
-
-    private func failAllWaiters(_ error: MQTTError, includingAcknowledgements: Bool) {
-        let (acks, subs, requests, drains) = state.withLock { s in
-            var acks: [Acknowledgement] = []
-            var drains: [CheckedContinuation<Void, Never>] = []
-            if includingAcknowledgements {
-                acks = s.acks.values.map(\.ack) + s.backlog.drain()
-                s.acks = [:]
-                drains = s.drainWaiters
-                s.drainWaiters = []
-            }
-            defer { s.subscribeWaiters = [:]; s.requests = [:] }
-            return (acks, s.subscribeWaiters, s.requests, drains)
-        }
-        acks.forEach { $0(.failure(error)) }
-        subs.values.forEach { $0.continuation.resume(throwing: error) }
-        requests.values.forEach { $0.resume(throwing: error) }
-        drains.forEach { $0.resume() }
-    }
-
     // MARK: Helpers
 
-    private func check(_ operation: String, _ rc: Int32) throws {
+    func check(_ operation: String, _ rc: Int32) throws {
         guard rc == MOSQ_ERR_SUCCESS.rawValue else {
             throw MQTTError.library(operation: operation, code: rc, message: Self.describe(rc))
         }
@@ -577,127 +445,13 @@ public final class MQTTClient: @unchecked Sendable {
         return String(cString: mosquitto_strerror(rc))
     }
 
-    private func deadline(_ timeout: Duration, _ fire: @escaping @Sendable () -> Void) -> DispatchWorkItem {
+    func deadline(_ timeout: Duration, _ fire: @escaping @Sendable () -> Void) -> DispatchWorkItem {
         let item = DispatchWorkItem(block: fire)
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout.seconds, execute: item)
         return item
     }
 
-    fileprivate static func from(_ userdata: UnsafeMutableRawPointer?) -> MQTTClient? {
+    static func from(_ userdata: UnsafeMutableRawPointer?) -> MQTTClient? {
         userdata.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }
     }
-}
-
-/// QoS 1 messages waiting for room below `maxOutstanding`: a FIFO with O(1)
-/// removal at the front.
-struct Backlog {
-    private var items: [(MQTTMessage, MQTTClient.Acknowledgement)] = []
-    private var head = 0
-
-    var isEmpty: Bool { head == items.count }
-    var count: Int { items.count - head }
-    var first: (MQTTMessage, MQTTClient.Acknowledgement)? { isEmpty ? nil : items[head] }
-
-    mutating func append(_ message: MQTTMessage, _ ack: @escaping MQTTClient.Acknowledgement) { items.append((message, ack)) }
-
-    mutating func removeFirst() {
-        head += 1
-        // Compact once the consumed prefix dominates, so memory follows the backlog.
-        if head > 1_024, head * 2 > items.count { items.removeFirst(head); head = 0 }
-    }
-
-    mutating func drain() -> [MQTTClient.Acknowledgement] {
-        defer { items = []; head = 0 }
-        return items[head...].map(\.1)
-    }
-}
-
-/// Resumes a continuation exactly once, whichever of result or timeout comes
-/// first; a result that arrives before the continuation is kept for it.
-final class ResumeOnce<T: Sendable>: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<T, any Error>?
-        var early: Result<T, any Error>?
-        var finished = false
-    }
-    private let state = Mutex(State())
-
-    func set(_ c: CheckedContinuation<T, any Error>) {
-        let early = state.withLock { s -> Result<T, any Error>? in
-            guard let early = s.early else { s.continuation = c; return nil }
-            s.finished = true
-            return early
-        }
-        if let early { c.resume(with: early) }
-    }
-
-    func resume(_ result: Result<T, any Error>) {
-        let waiting = state.withLock { s -> CheckedContinuation<T, any Error>? in
-            guard !s.finished else { return nil }
-            guard let c = s.continuation else {
-                if s.early == nil { s.early = result }
-                return nil
-            }
-            s.finished = true
-            s.continuation = nil
-            return c
-        }
-        waiting?.resume(with: result)
-    }
-}
-
-enum MQTTLibrary {
-    static let initialized: Bool = { mosquitto_lib_init(); return true }()
-    static func initialize() { _ = initialized }
-}
-
-// C callbacks: plain functions, not isolated to any actor, since
-// libmosquitto calls them from its own thread.
-
-private func onConnectCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ rc: Int32, _: Int32, _: OpaquePointer?) {
-    MQTTClient.from(userdata)?.handleConnect(rc: rc)
-}
-
-private func onDisconnectCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ rc: Int32, _: OpaquePointer?) {
-    MQTTClient.from(userdata)?.handleDisconnect(rc: rc)
-}
-
-private func onPublishCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ mid: Int32, _ reason: Int32, _: OpaquePointer?) {
-    MQTTClient.from(userdata)?.handlePublished(mid: mid, reasonCode: reason)
-}
-
-private func onSubscribeCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?, _ mid: Int32, _ count: Int32,
-                                 _ granted: UnsafePointer<Int32>?, _: OpaquePointer?) {
-    let codes = granted.map { Array(UnsafeBufferPointer(start: $0, count: Int(count))) } ?? []
-    MQTTClient.from(userdata)?.handleSubscribed(mid: mid, granted: codes)
-}
-
-private func onMessageCallback(_: OpaquePointer?, _ userdata: UnsafeMutableRawPointer?,
-                               _ raw: UnsafePointer<mosquitto_message>?, _ props: OpaquePointer?) {
-    guard let raw, let client = MQTTClient.from(userdata) else { return }
-    let m = raw.pointee
-    let payload: [UInt8] = m.payloadlen > 0 && m.payload != nil
-        ? Array(UnsafeRawBufferPointer(start: m.payload, count: Int(m.payloadlen)))
-        : []
-    var responseTopic: String?
-    var correlation: [UInt8]?
-    if let props {
-        var topicPointer: UnsafeMutablePointer<CChar>?
-        if mosquitto_property_read_string(props, Int32(MQTT_PROP_RESPONSE_TOPIC.rawValue), &topicPointer, false) != nil,
-           let topicPointer {
-            responseTopic = String(cString: topicPointer)
-            free(topicPointer)
-        }
-        var value: UnsafeMutableRawPointer?
-        var length: UInt16 = 0
-        if mosquitto_property_read_binary(props, Int32(MQTT_PROP_CORRELATION_DATA.rawValue), &value, &length, false) != nil,
-           let value {
-            correlation = Array(UnsafeRawBufferPointer(start: value, count: Int(length)))
-            free(value)
-        }
-    }
-    let message = MQTTMessage(topic: String(cString: m.topic), payload: payload,
-                              qos: QoS(rawValue: m.qos) ?? .atLeastOnce, retain: m.retain,
-                              responseTopic: responseTopic, correlationData: correlation)
-    client.handleMessage(message)
 }

@@ -25,51 +25,51 @@ import Store
 public final class ServiceHost<Row>: @unchecked Sendable {
     public let name: String
     let db: Database
-    private let store: HostStore
-    private let rows: RowCodec<Row>
-    private let routes: Routes<Row>
-    private let inputs: [String: InputRoute<Row>]
-    private let commands: [String: CommandRoute<Row>]
-    private let retention: [ObjectIdentifier: LogRetention]
-    private let cache: DeviceCache<DeviceEntry<Row>>
-    private let outbox: Outbox?
-    private let bus: any MessageBus
-    private let topics: Topics
-    private let logger: Logger
-    private let counters: HealthCounters
-    private let clock: any WallClock
-    private let queries: QueryWorker
+    let store: HostStore
+    let rows: RowCodec<Row>
+    let routes: Routes<Row>
+    let inputs: [String: InputRoute<Row>]
+    let commands: [String: CommandRoute<Row>]
+    let retention: [ObjectIdentifier: LogRetention]
+    let cache: DeviceCache<DeviceEntry<Row>>
+    let outbox: Outbox?
+    let bus: any MessageBus
+    let topics: Topics
+    let logger: Logger
+    let counters: HealthCounters
+    let clock: any WallClock
+    let queries: QueryWorker
     /// The service's own part, if it has one (the uploader's HTTP loop).
-    private let worker: (any LongRunning)?
+    let worker: (any LongRunning)?
     /// The connection whose network thread alone may enter the host (none in tests that drive it directly).
-    private var owner: MQTTClient?
+    var owner: MQTTClient?
     /// Holds redelivery back after a failed batch: the runner holds the input
     /// connection's reading for that long (never a sleep on the network thread).
-    private let pause: (Duration) -> Void
+    let pause: (Duration) -> Void
     public let epoch: String
     /// The client id, for the topic repair answers come back on.
     public let instance: String
     /// `{prefix}/_repair/reply/{instance}`: where this consumer's repair answers arrive.
-    private let repairReplyTopic: String
+    let repairReplyTopic: String
     /// The stream this service produces (its outbox), if any.
-    private let stream: InternalStream?
+    let stream: InternalStream?
     /// The producers' health topics whose stream tips this service follows: topic → input name.
-    private let tipTopics: [String: String]
-    private var repairs: StreamRepairs
+    let tipTopics: [String: String]
+    var repairs: StreamRepairs
     /// The store was made at this start: history arriving from producers means it was lost.
-    private let storeIsNew: Bool
+    let storeIsNew: Bool
     /// Said once: this store started empty beside producers with history.
-    private var emptyStoreSaid = false
-    private var rebuildOver = false
+    var emptyStoreSaid = false
+    var rebuildOver = false
     /// Topic prefixes outside `{prefix}/` that replies may go to (`replyTopicPrefixes`).
-    private let replyPrefixes: [String]
+    let replyPrefixes: [String]
 
-    private var batch = Batch()
-    private var attempts = FailedAttempts()
-    private var consecutiveFailures = 0
+    var batch = Batch()
+    var attempts = FailedAttempts()
+    var consecutiveFailures = 0
     /// Wall-clock time the sweep last ran.
-    private var lastSweepMs: Int64?
-    private var invalidTopicLogs = RateLimit(perMinute: 10)
+    var lastSweepMs: Int64?
+    var invalidTopicLogs = RateLimit(perMinute: 10)
 
     struct Batch {
         let effects = BatchEffects()
@@ -165,7 +165,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     /// On the owner's network thread, or while it is not running (before it
     /// starts, after it ended: `close`), or no owner set.
-    private func checkThread(_ entry: StaticString = #function) {
+    func checkThread(_ entry: StaticString = #function) {
         guard let owner else { return }
         precondition(owner.isOnNetworkThread || !owner.isRunning, "ServiceHost.\(entry) called off its network thread")
     }
@@ -181,7 +181,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     // MARK: Messages (network thread)
 
     /// Everything until the next commit shares one transaction.
-    private func openBatchIfNeeded() {
+    func openBatchIfNeeded() {
         guard batch.failure == nil, !db.hasOpenBatch else { return }
         do { try db.openBatch() } catch { fail(error, culprit: nil) }
     }
@@ -216,7 +216,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// Applies one input message in its own savepoint. A sequenced one is
     /// taken as `gaps` says, by default: held back behind a repair under way,
     /// or, when it follows messages that never came, held while they are asked for.
-    private func apply(_ message: MQTTMessage, to device: DeviceID, route: InputRoute<Row>, gaps: GapHandling? = nil) {
+    func apply(_ message: MQTTMessage, to device: DeviceID, route: InputRoute<Row>, gaps: GapHandling? = nil) {
         // Hashing every message costs; only needed while some message is failing.
         let key = attempts.isEmpty ? nil : FailedAttempts.key(message)
         if let key, attempts.exhausted(key) {
@@ -266,261 +266,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
-    private func command(_ message: MQTTMessage, device: DeviceID, name: String) {
-        guard let route = commands[name] else {
-            guard routes.answersUnknownCommands, !CommandCatalog.all.contains(name) else { return }  // another service's
-            // Answered however unreadable the request: a typo gets a reply, not a timeout.
-            let command: IncomingCommand
-            switch IncomingCommand.parse(message, device: device, name: name) {
-            case .success(let parsed): command = parsed
-            case .failure(let refusal): command = refusal.command
-            }
-            guard let command = replyable(command) else { return }
-            batch.effects.items.append(.reply(command, .failure(id: command.request.id,
-                                                                CommandError(.notFound, "no command named '\(name.prefix(80))'"))))
-            return
-        }
-        var command: IncomingCommand
-        switch IncomingCommand.parse(message, device: device, name: name) {
-        case .success(let parsed): command = parsed
-        case .failure(let refusal):
-            if let command = replyable(refusal.command) { batch.effects.items.append(.reply(command, refusal.reply)) }
-            return
-        }
-        let id = command.request.id
-        guard let checked = replyable(command) else { return }
-        command = checked
-        switch (route.scope, device.isReserved) {
-        case (.device, true):
-            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a per-device command, not for \(device)"))))
-            return
-        case (.fleet, false):
-            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.badInput, "'\(name)' is a fleet command: send it to \(DeviceID.fleet)"))))
-            return
-        default: break
-        }
-        let run: (IncomingCommand, Work<Row>) throws -> any Encodable
-        switch route.kind {
-        case .inline(let inline): run = inline
-        case .query(let query):
-            if !queries.submit(command, query) {
-                counters.count("busy")
-                batch.effects.items.append(.reply(command, .failure(id: id, CommandError(
-                    .busy, "\(queries.capacity) queries are waiting already; try again shortly"))))
-            }
-            return
-        }
-        let mark = batch.effects.mark
-        do {
-            let work = try self.work(device)
-            let result = try db.transaction { try JSONValue(encoding: run(command, work)) }
-            cache.modify(device, work.store)
-            batch.effects.items.append(.reply(command, .success(id: id, result)))
-        } catch let error as CommandError {
-            batch.effects.rewind(to: mark)
-            batch.effects.items.append(.reply(command, .failure(id: id, error)))
-        } catch {
-            batch.effects.rewind(to: mark)
-            logger.error("command failed", ["command": name, "device": device.rawValue, "error": "\(error)"])
-            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.internal, "store failed: \(error)"))))
-            // SQLite may have ended the whole batch with it.
-            if db.isAutocommit { fail(error, culprit: nil) }
-        }
-    }
-
-    /// The command with a response topic its reply may go to; one asking
-    /// for any other is refused (`badInput`) on the device's own reply topic
-    /// instead, so the asker still learns why, and nothing is sent where the
-    /// broker would refuse it or someone else would read it.
-    private func replyable(_ command: IncomingCommand) -> IncomingCommand? {
-        guard let topic = command.responseTopic, !topics.mayReply(to: topic, for: command.device.rawValue, outside: replyPrefixes) else {
-            return command
-        }
-        var refused = command
-        refused.responseTopic = nil
-        counters.count("badResponseTopic")
-        batch.effects.items.append(.reply(refused, .failure(id: command.request.id, CommandError(.badInput,
-            "responseTopic: '\(topic.prefix(120))' is not a reply topic for \(command.device) (use \(topics.prefix)/\(command.device)/reply/…)"))))
-        return nil
-    }
-
-    /// A command on `{prefix}/{bad id}/cmd/{name}` still gets an answer
-    /// (from the one service that answers unknown commands).
-    private func refuseCommandToInvalidDevice(_ message: MQTTMessage, segment: String) {
-        let parts = message.topic.split(separator: "/", omittingEmptySubsequences: false)
-        guard routes.answersUnknownCommands, parts.count == 4, parts[2] == "cmd" else { return }
-        let replyTopic = message.responseTopic.flatMap { topics.mayReply(to: $0, for: segment, outside: replyPrefixes) ? $0 : nil }
-            ?? "\(topics.prefix)/\(segment)/reply/\(parts[3])"
-        // Refused for its topic whatever it says; an unreadable request just gets no id back.
-        let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
-        let reply = CommandReply.failure(id: request?.id, CommandError(.badInput,
-            "device: '\(segment.prefix(80))' is not a device id (1–64 of A-Z a-z 0-9 . _ -, not starting with _ except _fleet)"))
-        var out = MQTTMessage(topic: replyTopic, payload: Array(JSONCoding.encode(reply)))
-        out.correlationData = message.correlationData
-        batch.effects.items.append(.publish(out))
-    }
-
-    // MARK: Gap repair (network thread)
-
-    /// A store that started empty while its inputs arrive far into their
-    /// numbering was deleted or replaced: said once, on the fleet's events
-    /// and in health. What the producers' logs still hold comes back by repair.
-    private func sayEmptyStore(_ input: String, device: DeviceID, seq: Int64) {
-        emptyStoreSaid = true
-        let text = "\(name): the store started empty (\(db.path)) while '\(input)' arrives at seq \(seq) for \(device): it was deleted "
-            + "or replaced; what the producers' logs still hold is being fetched again, the rest is reported as streamGap"
-        logger.error("the store started empty beside producers with history", ["input": input, "device": device.rawValue, "seq": "\(seq)"])
-        counters.count("emptyStore")
-        counters.note(text)
-        batch.effects.items.append(.publish(event(.fleet, .diagnostic(code: "emptyStore", message: text))))
-    }
-
-    /// Asks the producer for the messages an input missed; the answer comes
-    /// back on this instance's repair topic, in a later batch.
-    private func ask(_ ask: StreamRepairs.Ask) {
-        guard let stream = InternalStream(rawValue: ask.key.input) else { return }
-        counters.count("repairRequests")
-        let range = ask.request
-        let request = CommandRequest(id: .string(ask.id), args: .object([
-            "epoch": .string(range.epoch), "after": .number(Double(range.after)), "through": .number(Double(range.through))]))
-        var message = MQTTMessage(topic: topics.command(ask.key.device, stream.repairCommand), payload: Array(JSONCoding.encode(request)))
-        message.responseTopic = repairReplyTopic
-        message.correlationData = Array(ask.id.utf8)
-        batch.effects.items.append(.publish(message))
-    }
-
-    /// A producer's answer: the missing messages, applied in order, then
-    /// what was held behind them.
-    private func repaired(_ message: MQTTMessage) {
-        let reply: RepairReply
-        do {
-            reply = try JSONCoding.decoder.decode(RepairReply.self, from: Data(message.payload))
-        } catch {
-            counters.count("repairStale")
-            logger.warning("unreadable answer on the repair topic", ["error": DecodingErrorText.describe(any: error)])
-            return
-        }
-        guard let id = reply.id?.stringValue, let key = repairs.key(answering: id), let route = inputs[key.input] else {
-            counters.count("repairStale")  // an answer to a repair given up, or not ours
-            return
-        }
-        guard reply.ok, let result = reply.result else {
-            // Its store was replaced: the range asked for is gone. Anything else (busy) is asked again.
-            if reply.code == ErrorCode.notFound.rawValue { finishRepair(key, reason: .producerReset) }
-            return
-        }
-        let through = repairs.pending[key]?.through ?? 0
-        for body in result.messages {
-            apply(MQTTMessage(topic: "\(topics.prefix)/\(key.device)/\(key.input)", payload: Array(body.utf8)), to: key.device,
-                  route: route, gaps: .accept(.trimmed, through: through))
-            guard batch.failure == nil else { return }
-        }
-        counters.count("repaired", Int64(result.messages.count))
-        if result.more, let after = appliedSeq(key) {
-            if let again = repairs.askAgain(key, after: after, nowMs: clock.nowMs()) { ask(again) }
-        } else {
-            finishRepair(key, reason: .trimmed)
-        }
-    }
-
-    /// Ends a repair: what the producer could not give is reported once and
-    /// skipped, and the held messages are applied.
-    private func finishRepair(_ key: StreamRepairs.Key, reason: StreamGap.Reason) {
-        guard let pending = repairs.finish(key), let route = inputs[key.input] else { return }
-        for held in pending.held {
-            apply(held.message, to: key.device, route: route,
-                  gaps: .accept(reason, through: reason == .producerReset ? .max : pending.through))
-            guard batch.failure == nil else { return }
-        }
-        // Nothing held came after the range (a lost tail): move past what did not come.
-        guard !repairs.isPending(key), let applied = appliedSeq(key, epoch: pending.epoch), applied < pending.through else { return }
-        do {
-            let work = try self.work(key.device, input: key.input)
-            work.skip(to: pending.through, epoch: pending.epoch,
-                      gap: StreamGap(stream: key.input, from: applied + 1, to: pending.through, reason: reason))
-            cache.modify(key.device, work.store)
-        } catch {
-            fail(error, culprit: nil)
-        }
-    }
-
-    /// The last seq applied from an input (within `epoch`, when given: nil for another epoch's).
-    private func appliedSeq(_ key: StreamRepairs.Key, epoch: String? = nil) -> Int64? {
-        let entry: DeviceEntry<Row>
-        do { entry = try self.entry(key.device) } catch {
-            fail(error, culprit: nil)  // the store cannot be read: the batch is redelivered, the repair found again
-            return nil
-        }
-        let mark = entry.inputs[key.input]
-        if let epoch, let markEpoch = mark?.epoch, markEpoch != epoch { return nil }
-        return mark?.seq ?? 0
-    }
-
-    /// A producer's health: for each device that fell quiet, the newest seq it
-    /// sent. One ahead of what was applied (after a grace) is a lost tail.
-    private func noteTips(_ message: MQTTMessage, input: String) {
-        let health: Health
-        do { health = try JSONCoding.decoder.decode(Health.self, from: Data(message.payload)) } catch {
-            // Another version's or a forged one: it carries no tips this build can use; counted, not fatal.
-            counters.count("unreadableHealth")
-            return
-        }
-        guard let stream = health.streams?[input] else { return }
-        let now = clock.nowMs()
-        for (id, tip) in stream.tips {
-            guard let device = DeviceID(id) else { continue }
-            let key = StreamRepairs.Key(device: device, input: input)
-            // Another epoch's tips say nothing of this one: its messages' prev does.
-            guard !repairs.isPending(key), let applied = appliedSeq(key, epoch: stream.epoch), applied < tip else { continue }
-            repairs.noteTip(key, epoch: stream.epoch, tip: tip, nowMs: now)
-        }
-    }
-
-    /// Repairs that time asks for: asked again, given up, or started from a tip.
-    private func repairsDue() {
-        let now = clock.nowMs()
-        let (retries, expired, tips) = repairs.due(nowMs: now)
-        for retry in retries { ask(retry) }
-        for key in expired {
-            logger.warning("no answer to a repair request; going on without the messages",
-                           ["device": key.device.rawValue, "input": key.input])
-            finishRepair(key, reason: .noAnswer)
-        }
-        for (key, tip) in tips {
-            guard let applied = appliedSeq(key, epoch: tip.epoch), applied < tip.tip,
-                  let ask = repairs.startFromTip(key, epoch: tip.epoch, after: applied, through: tip.tip, nowMs: now) else { continue }
-            counters.count("gapsFound")
-            self.ask(ask)
-        }
-        counters.set("repairsPending", repairs.pending.isEmpty ? nil : Int64(repairs.pending.count))
-        // The rebuild of an empty store is over once nothing waits for repair.
-        if emptyStoreSaid, repairs.pending.isEmpty, consecutiveFailures == 0, !rebuildOver { rebuildOver = true; counters.note(nil) }
-    }
-
-    /// `repair{Stream}`: the stored messages of the asked range, oldest
-    /// first, bounded in bytes (`more` when cut short: ask again after the last).
-    static func repairRoute(_ stream: InternalStream, log: DeviceLog, epoch: String) -> CommandRoute<Row> {
-        let table = log.table
-        return .query(stream.repairCommand) { command, query in
-            let args = try command.arguments(RepairRequest.self)
-            guard args.epoch == epoch else {
-                throw CommandError(.notFound, "epoch: this store is \(epoch), not \(args.epoch) (it was replaced; that range is gone)")
-            }
-            guard args.after >= 0, args.through >= args.after else {
-                throw CommandError(.badInput, "after and through: need 0 ≤ after ≤ through, got \(args.after) and \(args.through)")
-            }
-            let limit = 5_000
-            let entries = try query.log(table).entries(query.device, after: args.after, through: args.through, limit: limit)
-            // Each body travels as a JSON string: escaping can double its quotes, so half the reply's bound.
-            let page = JSONPage(bounding: entries.map(\.body), offset: 0, maxBytes: query.maxReplyBytes / 2)
-            let more = page.nextOffset != nil || (entries.count == limit && entries.last.map { $0.seq < args.through } == true)
-            return .value(RepairAnswer(messages: page.bodies, more: more))
-        }
-    }
-
     /// A device's state for one unit of work (from the cache, else the
     /// store), with the watermark of `input` when it is a sequenced one.
-    private func work(_ device: DeviceID, input: String? = nil) throws -> Work<Row> {
+    func work(_ device: DeviceID, input: String? = nil) throws -> Work<Row> {
         let entry = try self.entry(device)
         let work = Work(device: device, nowMs: clock.nowMs(), epoch: epoch, entry: entry, effects: batch.effects, topics: topics,
                         outbox: routes.outbox, acknowledgements: outbox, retention: retention)
@@ -528,14 +276,14 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         return work
     }
 
-    private func entry(_ device: DeviceID) throws -> DeviceEntry<Row> {
+    func entry(_ device: DeviceID) throws -> DeviceEntry<Row> {
         if let cached = cache.get(device) { return cached }
         let entry = try load(device)
         cache.insertClean(device, entry)
         return entry
     }
 
-    private func load(_ device: DeviceID) throws -> DeviceEntry<Row> {
+    func load(_ device: DeviceID) throws -> DeviceEntry<Row> {
         guard let stored = try store.entry(device) else {
             return DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0)
         }
@@ -553,12 +301,12 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     /// Marks the batch as not storable. A message whose own savepoint failed
     /// for a reason of its own (not the machine's) has the attempt counted.
-    private func fail(_ error: any Error, culprit: UInt64?) {
+    func fail(_ error: any Error, culprit: UInt64?) {
         if let culprit, !((error as? StoreError)?.isEnvironmental ?? false) { attempts.record(culprit) }
         if batch.failure == nil { batch.failure = error }
     }
 
-    private func event(_ device: DeviceID, _ body: Event.Body) -> MQTTMessage {
+    func event(_ device: DeviceID, _ body: Event.Body) -> MQTTMessage {
         MQTTMessage(topic: topics.events(device), payload: Array(JSONCoding.encode(Event(device: device, timeMs: clock.nowMs(), body).bounded)))
     }
 
@@ -592,7 +340,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         return abandonBatch()
     }
 
-    private func abandonBatch() -> Bool {
+    func abandonBatch() -> Bool {
         let error = batch.failure.map { "\($0)" } ?? "unknown"
         let storeError = batch.failure as? StoreError
         do { try db.rollbackBatch() } catch { logger.error("rollback failed", ["error": "\(error)"]) }
@@ -616,7 +364,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         return false
     }
 
-    private func perform(_ effects: BatchEffects) {
+    func perform(_ effects: BatchEffects) {
         if effects.processed > 0 { counters.processed(effects.processed) }
         if effects.errors > 0 { counters.error(effects.errors) }
         if let lag = effects.lagMs { counters.lag(lag) }
@@ -640,7 +388,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
-    private func publish(_ message: MQTTMessage) {
+    func publish(_ message: MQTTMessage) {
         do { try bus.publish(message, acknowledged: nil) } catch {
             logger.warning("message not published", ["mqtt.topic": message.topic, "error": "\(error)"])
         }
@@ -674,53 +422,6 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         } catch {
             logger.error("periodic work failed", ["error": "\(error)"])
             fail(error, culprit: nil)
-        }
-    }
-
-    /// Saves the outbox watermarks that moved and trims the outbox log below them.
-    private func saveWatermarks() throws {
-        guard let outbox, let route = routes.outbox else { return }
-        let moved = outbox.takeUnsaved()
-        do {
-            let outboxRetention = retention[ObjectIdentifier(route.log)]
-            let keep = Int64(outboxRetention?.keep ?? 0)
-            for (device, acked) in moved {
-                try store.saveAckedThrough(device, acked)
-                if let highest = outbox.highestSent(device) {
-                    let trimmed = try route.log.trim(device, through: min(acked, highest - keep))
-                    outboxRetention?.total -= trimmed
-                }
-            }
-        } catch {
-            outbox.unsave(moved)
-            throw error
-        }
-    }
-
-    /// A log over its `maxTotal` is cut to an equal share per device (to 90 %
-    /// of the total, so this runs seldom); an outbox never below what the
-    /// broker acknowledged. The share stays while the fleet needs it.
-    private func holdLogsToTheirTotals() throws {
-        for capped in routes.retention {
-            guard let maxTotal = capped.maxTotal else { continue }
-            if capped.total <= maxTotal {
-                if let share = capped.share, capped.total < maxTotal / 2, share < capped.keepPerDevice { capped.share = nil }
-                continue
-            }
-            let devices = try store.devices()
-            let share = max(1, maxTotal * 9 / 10 / max(1, devices.count))
-            capped.share = share
-            let isOutbox = capped.log === routes.outbox?.log
-            for (device, saved) in devices {
-                guard let newest = try capped.log.newestSeq(device) else { continue }
-                var through = newest - Int64(share)
-                if isOutbox { through = min(through, max(saved, outbox?.ackedThrough(device) ?? 0)) }
-                try capped.log.trim(device, through: through)
-            }
-            capped.total = try capped.log.totalCount()
-            counters.count("logsCapped")
-            logger.info("log held to its total; each device keeps an equal share",
-                        ["log": capped.log.table, "maxTotal": "\(maxTotal)", "share": "\(share)", "devices": "\(devices.count)"])
         }
     }
 
@@ -763,62 +464,5 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     func logCountForTests(_ table: String, _ device: String? = nil) throws -> Int {
         guard let device else { return try db.first("SELECT count(*) FROM \(table)") { $0.int(0) } ?? 0 }
         return try db.first("SELECT count(*) FROM \(table) WHERE device = ?", [.text(device)]) { $0.int(0) } ?? 0
-    }
-}
-
-/// What `repair{Stream}` answers.
-struct RepairAnswer: Codable {
-    /// The stored messages, oldest first, each as the JSON text it was published as.
-    var messages: [String]
-    /// Cut short: more of the range remains.
-    var more: Bool
-}
-
-/// A reply to a repair request, as it comes back.
-struct RepairReply: Decodable {
-    var id: JSONValue?
-    var ok: Bool
-    var code: String?
-    var result: RepairAnswer?
-}
-
-/// How often each message failed to be stored, so one that keeps failing for
-/// a reason of its own is dropped (loudly) instead of blocking the queue.
-struct FailedAttempts {
-    static let limit = 3
-    private var counts: [UInt64: Int] = [:]
-
-    static func key(_ message: MQTTMessage) -> UInt64 {
-        // FNV-1a over topic and payload: the same message redelivered has the same key.
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in message.topic.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        for byte in message.payload { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
-        return hash
-    }
-
-    var isEmpty: Bool { counts.isEmpty }
-
-    func exhausted(_ key: UInt64) -> Bool { counts[key, default: 0] >= Self.limit }
-
-    mutating func record(_ key: UInt64) {
-        if counts.count > 10_000 { counts.removeAll() }  // bounded: a storm of distinct failures starts the count over
-        counts[key, default: 0] += 1
-    }
-
-    mutating func forget(_ key: UInt64) { if !counts.isEmpty { counts[key] = nil } }
-}
-
-/// At most `perMinute` log lines a minute for one noisy cause.
-struct RateLimit {
-    let perMinute: Int
-    private var windowStartMs: Int64?
-    private var used = 0
-
-    init(perMinute: Int) { self.perMinute = perMinute }
-
-    mutating func allow(nowMs: Int64) -> Bool {
-        if windowStartMs.map({ nowMs - $0 >= 60_000 }) ?? true { windowStartMs = nowMs; used = 0 }
-        used += 1
-        return used <= perMinute
     }
 }
