@@ -43,7 +43,7 @@ public final class Constellation: @unchecked Sendable {
                                 webDirectory: web ? Repository.root.appendingPathComponent("web").path : nil)
         var services: [String: ServiceHarness] = [:]
         for service in Self.services {
-            var settings: [String: Any] = ["healthIntervalSec": 0.2]
+            var settings = ServiceHarness.fastHealth
             for (key, value) in config[service] ?? [:] { settings[key] = value }
             let account = logins ? ["TRACKER_MQTT_USERNAME": "tracker-\(service)", "TRACKER_MQTT_PASSWORD": passwords["tracker-\(service)"]!] : [:]
             services[service] = try ServiceHarness(executable: "tracker-\(service)", broker: broker, config: settings,
@@ -90,7 +90,7 @@ public final class Constellation: @unchecked Sendable {
         try await health.wait(timeout: timeout, description: "\(names) online") { messages in
             var newest: [String: Health] = [:]
             for m in messages {
-                guard let h = try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)) else { continue }
+                guard let h = Health.decode(m) else { continue }
                 newest[h.service] = h
             }
             return names.allSatisfy { name in newest[name].map { $0.status == .online && $0.startedMs >= since } ?? false }
@@ -103,9 +103,7 @@ public final class Constellation: @unchecked Sendable {
                            until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
         let health = try await collector(["tracker/_health/\(service)"])
         defer { Task { await health.close() } }
-        let decode = { @Sendable (m: MQTTMessage) in try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)) }
-        let messages = try await health.wait(timeout: timeout, description: description) { $0.contains { decode($0).map(condition) ?? false } }
-        return messages.lazy.compactMap(decode).first(where: condition)!
+        return try await health.waitForHealth(timeout: timeout, description: description, until: condition)
     }
 
     /// Waits until the filter has judged `count` fixes since it started (its accepted + rejected counters).

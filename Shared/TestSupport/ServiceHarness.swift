@@ -81,3 +81,17 @@ public final class ServiceHarness: @unchecked Sendable {
         _ = process?.wait(timeout: 2)
     }
 }
+
+extension ServiceHarness {
+    /// What every test service runs with unless it says otherwise: health
+    /// every 0.2 s, so that waits for it end quickly.
+    public static var fastHealth: [String: Any] { ["healthIntervalSec": 0.2] }
+
+    /// `tracker-<service>` on `broker`, started, with `config` merged over `fastHealth`.
+    public static func started(_ service: String, on broker: TestBroker, config: [String: Any] = [:]) throws -> ServiceHarness {
+        let harness = try ServiceHarness(executable: "tracker-\(service)", broker: broker,
+                                         config: fastHealth.merging(config) { _, given in given })
+        try harness.start()
+        return harness
+    }
+}

@@ -11,8 +11,7 @@ import Testing
 
     init() throws {
         broker = try TestBroker()
-        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
-        try gateway.start()
+        gateway = try .started("gateway", on: broker)
     }
 
     func ctl(_ arguments: [String]) throws -> (code: Int32?, output: String) {
@@ -23,15 +22,8 @@ import Testing
         return (code, process.log)
     }
 
-    func waitUntilOnline() async throws {
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/gateway"])
-        try await health.wait(description: "gateway online") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .online }
-        }
-    }
-
     @Test func replaysGPX() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let gpx = broker.directory.appendingPathComponent("walk.gpx")
         try """
             <?xml version="1.0" encoding="UTF-8"?>
@@ -52,7 +44,7 @@ import Testing
     }
 
     @Test func rebaseShiftsTheRecordingToNow() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/rb1/raw"])
         let before = Int64(Date().timeIntervalSince1970 * 1000)
         let run = try ctl(["replay", Fixtures.url("city-run.jsonl").path, "--device", "rb1", "--speed", "0", "--rebase"])
@@ -66,7 +58,7 @@ import Testing
     }
 
     @Test func cmdExitCodesTellTheOutcome() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let ok = try ctl(["cmd", "c1", "currentSession", "--timeout", "5"])
         #expect(ok.code == 0 && ok.output.contains("\"ok\" : true"), "\(ok.output)")
         let refused = try ctl(["cmd", "c1", "stop", "--timeout", "5"])

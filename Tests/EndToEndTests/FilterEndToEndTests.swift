@@ -13,23 +13,12 @@ import Testing
 
     init() throws {
         broker = try TestBroker()
-        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
-        filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["healthIntervalSec": 0.2])
-        try gateway.start()
-        try filter.start()
-    }
-
-    func waitUntilOnline() async throws {
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
-        try await health.wait(description: "both online") { all in
-            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }
-                .filter { $0.status == .online }.map(\.service)).count == 2
-        }
-        await health.close()
+        gateway = try .started("gateway", on: broker)
+        filter = try .started("filter", on: broker)
     }
 
     @Test func cityRunBecomesPointsWithAPlausibleOdometer() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points", "tracker/+/events"])
         let publisher = try await TestClient.connect(port: broker.port)
         for line in try Fixtures.lines("city-run.jsonl") {
@@ -55,17 +44,11 @@ import Testing
         #expect(bad.ok == false && bad.code == "badInput")
 
         // Once the broker has acknowledged every point, health says nothing is pending.
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/filter"])
-        try await health.wait(description: "filter health with nothing pending") { all in
-            all.contains { m in
-                (try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload))).map { $0.processed >= 30 && $0.queueDepth == 0 } ?? false
-            }
-        }
-        await health.close()
+        try await broker.waitForHealth("filter", description: "filter health with nothing pending") { $0.processed >= 30 && $0.queueDepth == 0 }
     }
 
     @Test func diagnosticsFollowTheirSwitchesAndRetention() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter")
         filter.stop()
         let quiet = try ServiceHarness(executable: "tracker-filter", broker: broker, config: [
             "healthIntervalSec": 0.2, "instance": "tracker-filter-quiet",
@@ -73,9 +56,7 @@ import Testing
         ])
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/q1/events", "tracker/_health/filter"])
         try quiet.start()
-        try await out.wait(description: "the configured instance online") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.instance == "tracker-filter-quiet" }
-        }
+        try await out.waitForHealth(description: "the configured instance online") { $0.instance == "tracker-filter-quiet" }
         let publisher = try await TestClient.connect(port: broker.port)
         for line in try Fixtures.lines("munich-drive.jsonl").prefix(600) {
             try publisher.publish(MQTTMessage(topic: "tracker/q1/fixes", string: line))
@@ -92,7 +73,7 @@ import Testing
     }
 
     @Test func unreadableInternalMessagesGetErrorEvents() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/bad9/events"])
         let publisher = try await TestClient.connect(port: broker.port)
         try await publisher.publishAndWait(MQTTMessage(topic: "tracker/bad9/raw", string: #"{"seq":"one"}"#))
@@ -106,7 +87,7 @@ import Testing
     }
 
     @Test func killNineMidStreamGivesTheSamePoints() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/+/points", "tracker/+/raw"])
         let publisher = try await TestClient.connect(port: broker.port)
         let lines = Array(try Fixtures.lines("munich-drive.jsonl").prefix(600))

@@ -11,22 +11,11 @@ import Testing
 
     init() throws {
         broker = try TestBroker()
-        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                     config: ["healthIntervalSec": 0.2])
-        try gateway.start()
+        gateway = try .started("gateway", on: broker)
     }
 
     func collector(_ filters: [String] = ["tracker/+/raw", "tracker/+/events"]) async throws -> MessageCollector {
         try await MessageCollector(port: broker.port, filters: filters)
-    }
-
-    /// Waits for the gateway's retained `online` health: it is subscribed by then.
-    func waitUntilOnline() async throws {
-        let health = try await collector(["tracker/_health/gateway"])
-        try await health.wait(description: "gateway online") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .online }
-        }
-        await health.close()
     }
 
     func publish(_ client: MQTTClient, _ topic: String, _ payload: String) async throws {
@@ -34,7 +23,7 @@ import Testing
     }
 
     @Test func cityRunComesOutAsThirtyRawFixesInOrder() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await collector()
         let publisher = try await TestClient.connect(port: broker.port)
         for line in try Fixtures.lines("city-run.jsonl") {
@@ -53,7 +42,7 @@ import Testing
     }
 
     @Test func everyBadInputGetsAnErrorAndTheGatewaySurvives() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await collector()
         let publisher = try await TestClient.connect(port: broker.port)
         let bad: [(String, String)] = [
@@ -87,18 +76,15 @@ import Testing
     }
 
     @Test func invalidDeviceTopicsAreCountedInHealth() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let publisher = try await TestClient.connect(port: broker.port)
         try await publish(publisher, "tracker/_reserved/fixes", #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#)
         try await publish(publisher, "owntracks/bad user/phone", #"{"_type":"location","tst":1793197938,"lat":1,"lon":2,"acc":5}"#)
-        let health = try await collector(["tracker/_health/gateway"])
-        try await health.wait(description: "invalidTopic = 2") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.counters?["invalidTopic"] == 2 }
-        }
+        try await broker.waitForHealth("gateway", description: "invalidTopic = 2") { $0.counters?["invalidTopic"] == 2 }
     }
 
     @Test func ownTracksLocationsBecomeRawFixes() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await collector()
         let publisher = try await TestClient.connect(port: broker.port)
         try await publish(publisher, "owntracks/alice/phone",
@@ -114,7 +100,7 @@ import Testing
     }
 
     @Test func exactDuplicatesAreDroppedWithADiagnostic() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await collector()
         let publisher = try await TestClient.connect(port: broker.port)
         let fix = #"{"t":1793197938.5,"lat":1,"lon":2,"acc":5}"#
@@ -127,7 +113,7 @@ import Testing
     }
 
     @Test func sessionCommandsFollowTheContract() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await collector()
         let client = try await TestClient.connect(port: broker.port)
         let stopNone = try await TestClient.command(client, device: "van7", "stop")
@@ -180,9 +166,7 @@ import Testing
                                        config: ["healthIntervalSec": 0.2, "sessionIdleTimeoutSec": 1, "instance": "tracker-gateway-quiet"])
         let out = try await collector(["tracker/quiet1/events", "tracker/_health/gateway"])
         try quiet.start()
-        try await out.wait(description: "the quiet instance online") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.instance == "tracker-gateway-quiet" }
-        }
+        try await out.waitForHealth(description: "the quiet instance online") { $0.instance == "tracker-gateway-quiet" }
         let publisher = try await TestClient.connect(port: broker.port)
         try await publisher.publishAndWait(MQTTMessage(topic: "tracker/quiet1/fixes", string: #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#))
         let events = try await out.wait(timeout: 20, description: "sessionStopped after 1 s of silence") { all in
@@ -194,7 +178,7 @@ import Testing
     }
 
     @Test func mqtt311ClientsGetRepliesOnTheReplyTopic() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let client = try await TestClient.connect(port: broker.port, protocolVersion: .v311)
         let replies = try await MessageCollector(port: broker.port, filters: ["tracker/old1/reply/+"])
         try await client.publishAndWait(MQTTMessage(topic: "tracker/old1/cmd/currentSession", string: #"{"id":"abc"}"#))
@@ -208,7 +192,7 @@ import Testing
     }
 
     @Test func reconnectsAndResubscribesAfterTheBrokerRestarts() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         try broker.restart()
         // The restarted broker has no session and no retained health: the
         // gateway must reconnect and subscribe again by itself.
@@ -234,25 +218,21 @@ import Testing
     }
 
     @Test func lastWillMarksAKilledGatewayOffline() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let health = try await collector(["tracker/_health/gateway"])
         gateway.kill9()
-        try await health.wait(timeout: 60, description: "offline will") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .offline }
-        }
+        try await health.waitForHealth(timeout: 60, description: "offline will") { $0.status == .offline }
     }
 
     @Test func sigtermStopsGracefullyWithOfflineHealth() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let health = try await collector(["tracker/_health/gateway"])
         #expect(gateway.stop() == 0)
-        try await health.wait(description: "offline") { all in
-            all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .offline }
-        }
+        try await health.waitForHealth(description: "offline") { $0.status == .offline }
     }
 
     @Test func seqSurvivesKillNineInTheMiddleOfAReplay() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway")
         let out = try await collector(["tracker/+/raw"])
         let publisher = try await TestClient.connect(port: broker.port)
         let lines = try Fixtures.lines("munich-drive.jsonl")

@@ -9,21 +9,10 @@ extension HeavySuites {
     @Suite(.serialized) struct HardeningTests {
         func fix(_ t: Double) -> String { #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":8}"# }
 
-        /// Waits for a service's retained `online` health: it is subscribed by then.
-        static func waitUntilOnline(_ broker: TestBroker, _ service: String) async throws {
-            let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)"])
-            try await health.wait(description: "\(service) online") { all in
-                all.contains { (try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)))?.status == .online }
-            }
-            await health.close()
-        }
-
         @Test func aFloodOfHeavyQueriesNeverStallsIngestAndMemoryStaysFlat() async throws {
             let broker = try TestBroker()
-            let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                             config: ["healthIntervalSec": 0.2, "logLevel": "warning"])
-            try gateway.start()
-            try await Self.waitUntilOnline(broker, "gateway")
+            let gateway = try ServiceHarness.started("gateway", on: broker, config: ["logLevel": "warning"])
+            try await broker.waitUntilOnline("gateway")
             let publisher = try await TestClient.connect(port: broker.port)
             let raw = try await MessageCollector(port: broker.port, filters: ["tracker/+/raw"])
             // 10,000 stored fixes for the device the queries will ask for.
@@ -72,12 +61,10 @@ extension HeavySuites {
 
         @Test func aGatewayThatLostItsStoreIsAnnouncedDownstreamAndItsFixesStillCount() async throws {
             let broker = try TestBroker()
-            let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
-            let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["healthIntervalSec": 0.2])
-            try gateway.start()
-            try filter.start()
-            try await Self.waitUntilOnline(broker, "gateway")
-            try await Self.waitUntilOnline(broker, "filter")
+            let gateway = try ServiceHarness.started("gateway", on: broker)
+            let filter = try ServiceHarness.started("filter", on: broker)
+            defer { withExtendedLifetime(filter) {} }  // running to the end (its harness kills it when it goes)
+            try await broker.waitUntilOnline("gateway", "filter")
             let out = try await MessageCollector(port: broker.port, filters: ["tracker/lost1/events"])
             let publisher = try await TestClient.connect(port: broker.port)
             let t0 = 1_793_197_938.0
@@ -89,7 +76,7 @@ extension HeavySuites {
                 try? FileManager.default.removeItem(at: gateway.dataDir.appendingPathComponent("tracker-gateway.sqlite\(suffix)"))
             }
             try gateway.start()
-            try await Self.waitUntilOnline(broker, "gateway")
+            try await broker.waitUntilOnline("gateway")
             for i in 5..<10 { try await publisher.publishAndWait(MQTTMessage(topic: "tracker/lost1/fixes", string: fix(t0 + Double(i)))) }
             // Not a black hole: the filter says so once, and judges every new fix.
             let events = try await out.wait(description: "10 verdicts") { $0.filter { $0.string.contains(#""type":"location"#) }.count >= 10 }
@@ -98,9 +85,8 @@ extension HeavySuites {
 
         @Test func aGracefulStopLeavesEverythingInTheDatabaseFile() async throws {
             let broker = try TestBroker()
-            let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
-            try gateway.start()
-            try await Self.waitUntilOnline(broker, "gateway")
+            let gateway = try ServiceHarness.started("gateway", on: broker)
+            try await broker.waitUntilOnline("gateway")
             let publisher = try await TestClient.connect(port: broker.port)
             for i in 0..<200 { try publisher.publish(MQTTMessage(topic: "tracker/wal1/fixes", string: fix(1_793_197_938 + Double(i)))) }
             await publisher.drain()

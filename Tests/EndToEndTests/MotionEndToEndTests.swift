@@ -16,21 +16,9 @@ import Testing
 
     init() throws {
         broker = try TestBroker()
-        gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ["healthIntervalSec": 0.2])
-        filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["healthIntervalSec": 0.2, "rejectionEvents": "off"])
-        motion = try ServiceHarness(executable: "tracker-motion", broker: broker, config: ["healthIntervalSec": 0.2])
-        try gateway.start()
-        try filter.start()
-        try motion.start()
-    }
-
-    func waitUntilOnline() async throws {
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
-        try await health.wait(description: "three services online") { all in
-            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }
-                .filter { $0.status == .online }.map(\.service)).count == 3
-        }
-        await health.close()
+        gateway = try .started("gateway", on: broker)
+        filter = try .started("filter", on: broker, config: ["rejectionEvents": "off"])
+        motion = try .started("motion", on: broker)
     }
 
     /// A fix `x` metres east (and `y` north) of the origin, `t` seconds in.
@@ -56,7 +44,7 @@ import Testing
     /// dwell), `bridge` (passed between two fixes a minute apart, none inside)
     /// and `yard` (armed around the parked van: it enters at once).
     @Test func aScriptedDriveThroughThreeFences() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter", "motion")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/van1/events"])
         let client = try await TestClient.connect(port: broker.port)
         for (id, x, y, r, dwell) in [("depot", 500.0, 0.0, 150.0, 20_000 as Int?), ("bridge", 1_300, 20, 100, nil)] {
@@ -113,7 +101,7 @@ import Testing
 
     /// A kill -9 between entry and dwell: the dwell still comes once, stamped entry + delay.
     @Test func aRestartBetweenEntryAndDwell() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter", "motion")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/van2/events"])
         let client = try await TestClient.connect(port: broker.port)
         #expect(try await TestClient.command(client, device: "van2", "addGeofence", args: fence("depot", x: 0, radius: 200, dwellMs: 120_000)).ok)
@@ -135,7 +123,7 @@ import Testing
     /// The Pixel 6 walk with a seven-minute stand spliced in, and low- and
     /// medium-confidence `still` readings every fifth fix: one stop, no flaps.
     @Test func aWalkWithAStopAndLowConfidenceStillsNeverFlaps() async throws {
-        try await waitUntilOnline()
+        try await broker.waitUntilOnline("gateway", "filter", "motion")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/walker/events"])
         let client = try await TestClient.connect(port: broker.port)
         var fixes = try Fixtures.fixes("pixel6-walk.jsonl")

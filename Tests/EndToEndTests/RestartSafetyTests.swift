@@ -27,7 +27,7 @@ extension HeavySuites {
         }
 
         static func latest(_ messages: [MQTTMessage]) -> [String: Health] {
-            Dictionary(messages.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }
+            Dictionary(messages.compactMap(Health.decode)
                 .map { ($0.service, $0) }, uniquingKeysWith: { _, newer in newer })
         }
 
@@ -50,11 +50,9 @@ extension HeavySuites {
 
         @Test func aBrokerRestartMidStreamLosesNothingUnderBothServices() async throws {
             let broker = try TestBroker(persistent: true)
-            let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                             config: ["healthIntervalSec": 0.2, "ringCapacity": 1_000])
-            let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: ["healthIntervalSec": 0.2])
-            try gateway.start()
-            try filter.start()
+            let gateway = try ServiceHarness.started("gateway", on: broker, config: ["ringCapacity": 1_000])
+            let filter = try ServiceHarness.started("filter", on: broker)
+            defer { withExtendedLifetime((gateway, filter)) {} }  // running to the end (a harness kills its process when it goes)
             try await waitForHealth(broker, ["gateway", "filter"]) { $0.status == .online }
             let devices = (1...4).map { "r\($0)" }
             let perDevice = 1_500
@@ -82,9 +80,8 @@ extension HeavySuites {
 
         @Test func aHundredThousandFixesOverTwentyDevicesLeaveNothingPending() async throws {
             let broker = try TestBroker()
-            let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                             config: ["healthIntervalSec": 0.2, "ringCapacity": 1_000, "logLevel": "warning"])
-            try gateway.start()
+            let gateway = try ServiceHarness.started("gateway", on: broker, config: ["ringCapacity": 1_000, "logLevel": "warning"])
+            defer { withExtendedLifetime(gateway) {} }  // running to the end (its harness kills it when it goes)
             try await waitForHealth(broker, ["gateway"]) { $0.status == .online }
             let publisher = try await TestClient.connect(port: broker.port)
             let devices = 20, perDevice = 5_000

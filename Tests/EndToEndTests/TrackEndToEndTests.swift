@@ -13,17 +13,11 @@ import TrackCore
     init() throws {
         let broker = try TestBroker()
         self.broker = broker
-        services = try ["tracker-gateway", "tracker-filter", "tracker-track"].map {
-            try ServiceHarness(executable: $0, broker: broker, config: ["healthIntervalSec": 0.2])
-        }
-        try services.forEach { try $0.start() }
+        services = try ["gateway", "filter", "track"].map { try .started($0, on: broker) }
     }
 
     @Test func cityRunBecomesOneMovingSegmentAndALiveFrame() async throws {
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
-        try await health.wait(description: "three services online") { all in
-            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.filter { $0.status == .online }.map(\.service)).count == 3
-        }
+        try await broker.waitUntilOnline("gateway", "filter", "track")
         let client = try await TestClient.connect(port: broker.port)
         let session = try await TestClient.command(client, device: "run1", "start", args: .object(["tag": .string("city")]))
         let sessionID = try #require(session.result?["id"]?.stringValue)
@@ -42,6 +36,5 @@ import TrackCore
         let count = try await TestClient.command(client, device: "run1", "getCount", args: .object(["sessionID": .string(sessionID)]))
         #expect(count.result == .number(26))
         await live.close()
-        await health.close()
     }
 }

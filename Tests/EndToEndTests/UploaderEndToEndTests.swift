@@ -12,10 +12,9 @@ import Testing
     @Test func everyPointArrivesOnceThroughFailuresAndAKill() async throws {
         let broker = try TestBroker(persistent: true)
         let sink = try HTTPSink(in: broker.directory, answers: ["500", "503"])
-        let uploader = try ServiceHarness(executable: "tracker-uploader", broker: broker, config: ["healthIntervalSec": 0.2])
-        try uploader.start()
+        let uploader = try ServiceHarness.started("uploader", on: broker)
         let client = try await TestClient.connect(port: broker.port)
-        try await waitOnline(broker)
+        try await broker.waitUntilOnline("uploader")
         let configured = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
             "url": .string("\(sink.url)/points"), "batchSize": .number(50), "retryBaseDelaySec": .number(0.05),
             "retryMaxDelaySec": .number(0.2)]))
@@ -49,11 +48,5 @@ import Testing
         let missing = expected.subtracting(seen).sorted()
         #expect(seen.count == 900, "the sink holds \(seen.count) of 900 distinct points; missing \(missing.prefix(20))")
         await client.disconnect()
-    }
-
-    func waitOnline(_ broker: TestBroker) async throws {
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/uploader"])
-        try await health.wait(description: "uploader online") { $0.contains { $0.string.contains(#""status":"online""#) } }
-        await health.close()
     }
 }

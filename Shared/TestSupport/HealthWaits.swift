@@ -1,0 +1,47 @@
+import Bus
+import Foundation
+import Model
+
+extension MessageCollector {
+    /// The health messages received so far, decoded (anything else skipped).
+    public func healths() -> [Health] { messages.compactMap(Health.decode) }
+
+    /// Waits until a health message received on this collector satisfies
+    /// `condition` (within `timeout`); returns the first that does.
+    @discardableResult
+    public func waitForHealth(timeout: Double = 20, description: String,
+                              until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
+        let messages = try await wait(timeout: timeout, description: description) { $0.contains { Health.decode($0).map(condition) ?? false } }
+        return messages.lazy.compactMap(Health.decode).first(where: condition)!
+    }
+}
+
+extension TestBroker {
+    /// Waits until each named service (`"gateway"`, `"filter"` …) has said
+    /// `online` in its health on this broker: it is subscribed by then.
+    public func waitUntilOnline(_ services: String..., timeout: Double = 20) async throws {
+        let names = Set(services)
+        let health = try await MessageCollector(port: port, filters: ["tracker/_health/+"])
+        try await health.wait(timeout: timeout, description: "\(names.sorted().joined(separator: ", ")) online") { all in
+            names.isSubset(of: all.compactMap(Health.decode).filter { $0.status == .online }.map(\.service))
+        }
+        await health.close()
+    }
+
+    /// Waits until a health message of `service` on this broker satisfies `condition`; returns it.
+    @discardableResult
+    public func waitForHealth(_ service: String, timeout: Double = 20, description: String,
+                              until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
+        let health = try await MessageCollector(port: port, filters: ["tracker/_health/\(service)"])
+        defer { Task { await health.close() } }
+        return try await health.waitForHealth(timeout: timeout, description: description, until: condition)
+    }
+}
+
+extension Health {
+    /// A health message's payload decoded, or nil when it is not one.
+    @Sendable public static func decode(_ message: MQTTMessage) -> Health? {
+        // Not a health message (a test's own probe, a forged payload): skipped, as the waits skip it.
+        try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload))
+    }
+}
