@@ -43,19 +43,15 @@ private final class RepairHarness {
     let counters = HealthCounters()
     let producer: ServiceHost<Tally>
     let consumer: ServiceHost<Tally>
-    private let paths: [String]
+    private let databases = [TemporaryDatabase("repair-producer"), TemporaryDatabase("repair-consumer")]
 
     init(repair: RepairSettings = RepairSettings(retryMs: 3_000, timeoutMs: 30_000, tipGraceMs: 2_000)) throws {
-        let dir = FileManager.default.temporaryDirectory
-        paths = ["producer", "consumer"].map { dir.appendingPathComponent("repair-\($0)-\(UUID().uuidString).sqlite").path }
         let logger = Logger(label: "test", minimum: .off)
-        producer = try ServiceHost(pointProducer(), databasePath: paths[0], bus: producerBus, topics: Topics(), logger: logger,
+        producer = try ServiceHost(pointProducer(), databasePath: databases[0].path, bus: producerBus, topics: Topics(), logger: logger,
                                    counters: HealthCounters(), clock: clock, pause: { _ in }).runningParts()
-        consumer = try ServiceHost(pointConsumer(), databasePath: paths[1], bus: consumerBus, topics: Topics(), logger: logger,
+        consumer = try ServiceHost(pointConsumer(), databasePath: databases[1].path, bus: consumerBus, topics: Topics(), logger: logger,
                                    counters: counters, clock: clock, repair: repair, pause: { _ in }).runningParts()
     }
-
-    deinit { for path in paths { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } } }
 
     /// The producer sends points 1…n for `device`; returns them as published.
     func produce(_ device: String, _ seqs: ClosedRange<Int64>) -> [MQTTMessage] {
@@ -89,7 +85,7 @@ private final class RepairHarness {
 
     func applied(_ device: String) throws -> [Int64] {
         consumer.close()
-        let db = try Database(path: paths[1])
+        let db = try Database(path: databases[1].path)
         let row = try #require(try db.first("SELECT row FROM host_devices WHERE device = ?", [.text(device)]) { $0.string(0) })
         return try JSONDecoder().decode(Tally.self, from: Data(row.utf8)).applied
     }

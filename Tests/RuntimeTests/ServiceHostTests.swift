@@ -55,12 +55,13 @@ final class HostHarness {
     let counters = HealthCounters()
     let path: String
     let pauses = PauseLog()
-    let removesFile: Bool
+    /// The database the harness made when the test brought no path of its own.
+    private let database: TemporaryDatabase?
     var host: ServiceHost<Tally>!
 
     init(capacity: Int = 100, keep: Int = 1_000, path: String? = nil) throws {
-        removesFile = path == nil
-        self.path = path ?? FileManager.default.temporaryDirectory.appendingPathComponent("host-\(UUID().uuidString).sqlite").path
+        database = path == nil ? TemporaryDatabase("host") : nil
+        self.path = path ?? database!.path
         host = try make(capacity: capacity, keep: keep)
     }
 
@@ -98,8 +99,6 @@ final class HostHarness {
         let reply = try #require(bus.messages(topicSuffix: "tracker/\(device)/reply/total").last)
         return try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).result?.int64Value
     }
-
-    deinit { if removesFile { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } } }
 }
 
 final class PauseLog: @unchecked Sendable {
@@ -258,8 +257,7 @@ final class PauseLog: @unchecked Sendable {
     }
 
     @Test func aDamagedStoreStopsTheServiceNamingTheFile() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("damaged-\(UUID().uuidString).sqlite").path
-        defer { try? FileManager.default.removeItem(atPath: path) }
+        let database = TemporaryDatabase("damaged"), path = database.path
         try Data(repeating: 0x5A, count: 8_192).write(to: URL(fileURLWithPath: path))
         #expect { try HostHarness(path: path) } throws: { error in
             (error as? ConfigError).map { $0.problem.contains(path) && $0.problem.contains("cannot be used") } ?? false
@@ -269,8 +267,7 @@ final class PauseLog: @unchecked Sendable {
 
 @Suite struct LogTotalTests {
     @Test func aLogOverItsTotalIsCutToAnEqualShareNeverBelowTheAcknowledged() throws {
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("cap-\(UUID().uuidString).sqlite").path
-        defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
+        let database = TemporaryDatabase("cap"), path = database.path
         let bus = RecordingBus()
         let host = try ServiceHost(tallyService(keep: 1_000, maxTotal: 1_000), databasePath: path, bus: bus, topics: Topics(),
                                    logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), pause: { _ in })

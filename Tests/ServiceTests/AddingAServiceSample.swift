@@ -76,7 +76,7 @@ import Testing
 @Suite struct AddingAServiceSampleTests {
     let bus = RecordingBus()
     let clock = ManualClock()
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("speeding-\(UUID().uuidString).sqlite").path
+    let database = TemporaryDatabase("speeding")
     let t0: Int64 = 1_790_000_000_000
 
     func point(_ seq: Int64, speed: Double) -> MQTTMessage {
@@ -94,7 +94,7 @@ import Testing
 
     @Test func aRunOfFastPointsIsAnnouncedOnceAndARedeliveryChangesNothing() throws {
         let settings = try SpeedingSettings(.test(["limitMps": .number(30)]))
-        let host = try ServiceHost.inProcess(SpeedingService.definition(settings), path: path, bus: bus, clock: clock)
+        let host = try ServiceHost.inProcess(SpeedingService.definition(settings), path: database.path, bus: bus, clock: clock)
         for (seq, speed) in [(1, 10.0), (2, 31), (3, 32), (4, 33), (5, 34), (6, 10)] { host.receive(point(Int64(seq), speed: speed)) }
         #expect(host.commit())
         // Announced on the third fast point, in the point's own time, and only once.

@@ -14,12 +14,12 @@ import Testing
 @Suite struct FilterHostTests {
     let bus = RecordingBus()
     let clock = ManualClock()
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("filter-\(UUID().uuidString).sqlite").path
+    let database = TemporaryDatabase("filter")
     let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
     let t0: Int64 = 1_790_000_000_000
 
     func host() throws -> ServiceHost<FilterRow> {
-        try .inProcess(FilterService.definition(try FilterSettings(.test())), path: path, bus: bus, clock: clock)
+        try .inProcess(FilterService.definition(try FilterSettings(.test())), path: database.path, bus: bus, clock: clock)
     }
 
     func raw(_ seq: Int64, t: Double, y: Double, doppler: Bool = true) -> MQTTMessage {

@@ -13,11 +13,11 @@ import Testing
     let bus = RecordingBus()
     let clock = ManualClock()
     let counters = HealthCounters()
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("gw-\(UUID().uuidString).sqlite").path
+    let database = TemporaryDatabase("gw")
 
     func host(idleTimeoutSec: Double = 60, topics: Topics = Topics()) throws -> ServiceHost<GatewayRow> {
         let reader = SettingsReader(values: ["sessionIdleTimeoutSec": .number(idleTimeoutSec)], source: "test")
-        return try .inProcess(GatewayService.definition(try GatewaySettings(reader)), path: path, bus: bus, clock: clock,
+        return try .inProcess(GatewayService.definition(try GatewaySettings(reader)), path: database.path, bus: bus, clock: clock,
                               topics: topics, counters: counters)
     }
 

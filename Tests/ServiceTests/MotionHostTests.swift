@@ -13,12 +13,12 @@ import Testing
     let bus = RecordingBus()
     let clock = ManualClock()
     let counters = HealthCounters()
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("motion-\(UUID().uuidString).sqlite").path
+    let database = TemporaryDatabase("motion")
     let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
     let t0: Int64 = 1_790_000_000_000
 
     func host(_ settings: [String: JSONValue] = [:]) throws -> ServiceHost<MotionDeviceRow> {
-        try .inProcess(MotionService.definition(try MotionSettings(.test(settings))), path: path, bus: bus, clock: clock,
+        try .inProcess(MotionService.definition(try MotionSettings(.test(settings))), path: database.path, bus: bus, clock: clock,
                        counters: counters)
     }
 

@@ -15,12 +15,12 @@ import TrackCore
 @Suite struct TrackHostTests {
     let bus = RecordingBus()
     let clock = ManualClock()
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("track-\(UUID().uuidString).sqlite").path
+    let database = TemporaryDatabase("track")
     let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
     let t0: Int64 = 1_790_000_000_000
 
     func host() throws -> ServiceHost<TrackRow> {
-        try .inProcess(TrackService.definition(try TrackSettings(.test())), path: path, bus: bus, clock: clock)
+        try .inProcess(TrackService.definition(try TrackSettings(.test())), path: database.path, bus: bus, clock: clock)
     }
 
     func point(_ seq: Int64, t: Double, x: Double, odometer: Double, session: String = "s1") -> MQTTMessage {
@@ -234,7 +234,7 @@ extension TrackHostTests {
     @Test func aDeadRoadSnapServerLeavesTheTrackUnsnapped() throws {
         #expect(throws: ConfigError.self) { try TrackSettings(SettingsReader(values: ["roadSnapUrl": .string("osrm")], source: "test")) }
         let settings = try TrackSettings(SettingsReader(values: ["roadSnapUrl": .string("http://127.0.0.1:\(try freePort())")], source: "test"))
-        let track = try ServiceHost.inProcess(TrackService.definition(settings), path: path, bus: bus, clock: clock)
+        let track = try ServiceHost.inProcess(TrackService.definition(settings), path: database.path, bus: bus, clock: clock)
         drive(track)
         #expect(track.commit())
         let built = try #require(try query(track, "buildTrack", #"{"sessionID":"s1"}"#).result?.decode(Track.self))

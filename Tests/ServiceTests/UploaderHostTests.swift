@@ -28,7 +28,7 @@ final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
     let bus = RecordingBus()
     let clock = ManualClock()
     let transport = ScriptedTransport()
-    let path = FileManager.default.temporaryDirectory.appendingPathComponent("up-\(UUID().uuidString).sqlite").path
+    let database = TemporaryDatabase("up")
 
     func host() throws -> ServiceHost<UploaderService.Row> {
         try host(["syncNowTimeoutSec": .number(10)], transport: transport)
@@ -38,7 +38,7 @@ final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
               counters: HealthCounters = HealthCounters()) throws -> ServiceHost<UploaderService.Row> {
         try .inProcess(UploaderService.definition(try UploaderSettings(.test(settings)), topics: Topics(), clock: clock,
                                                   logger: Logger(label: "test", minimum: .off), transport: transport),
-                       path: path, bus: bus, clock: clock, counters: counters)
+                       path: database.path, bus: bus, clock: clock, counters: counters)
     }
 
     func point(_ seq: Int64, device: String = "van1", epoch: String = "f") -> MQTTMessage {
