@@ -75,6 +75,18 @@ public final class Constellation: @unchecked Sendable {
             "retryBaseDelaySec": .number(0.05), "retryMaxDelaySec": .number(0.5)]))
     }
 
+    /// Asks the uploader to sync (`syncNow`) until the sink holds `count`
+    /// distinct points or `deadline` passes; returns what the sink holds then.
+    public func syncUntilSinkHolds(_ count: Int, deadline: ContinuousClock.Instant, with client: MQTTClient) async throws -> [String: Int] {
+        var points: [String: Int] = [:]
+        while ContinuousClock.now < deadline {
+            _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
+            points = sink!.points()
+            if points.count >= count { break }
+        }
+        return points
+    }
+
     /// A collector on the operator's listener.
     public func collector(_ filters: [String]) async throws -> MessageCollector {
         try await MessageCollector(port: broker.operatorPort, filters: filters, username: passwords.isEmpty ? nil : "trackerctl",

@@ -49,6 +49,11 @@ public struct NoiseGenerator: Sendable {
 
     public init(seed: UInt64) { self.seed = seed }
 
+    /// The noisy drive as its device would publish it: one JSON fix a line.
+    public func lines(over truth: [DeviceFix]) throws -> [String] {
+        try apply(to: truth).map { String(decoding: try JSONEncoder().encode($0.fix), as: UTF8.self) }
+    }
+
     public func apply(to truth: [DeviceFix]) -> [NoisySample] {
         var rng = SeededRandom(seed: seed)
         guard let first = truth.first, let last = truth.last else { return [] }

@@ -24,7 +24,7 @@ extension HeavySuites {
             let perDevice = (0..<7).map { 10_000 / 7 + ($0 < 10_000 % 7 ? 1 : 0) }
             var fixes: [(device: String, payload: String)] = []
             let drives = try (0..<7).map { k in
-                try NoiseGenerator(seed: UInt64(k + 1)).apply(to: truth).prefix(perDevice[k]).map { String(decoding: try JSONEncoder().encode($0.fix), as: UTF8.self) }
+                Array(try NoiseGenerator(seed: UInt64(k + 1)).lines(over: truth).prefix(perDevice[k]))
             }
             for i in 0..<drives.map(\.count).max()! {
                 for (k, drive) in drives.enumerated() where i < drive.count { fixes.append(("chaos\(k)", drive[i])) }
@@ -65,13 +65,7 @@ extension HeavySuites {
                         "\(device): track store \(stored.count) rows, \(Set(stored.map(\.seq)).count) distinct, \(accepted.count) accepted")
             }
             // The sink: every accepted point, after dropping duplicates by device + seq.
-            let deadline = ContinuousClock.now + .seconds(120)
-            var sink: [String: Int] = [:]
-            while ContinuousClock.now < deadline {
-                _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
-                sink = constellation.sink!.points()
-                if sink.count >= acceptedTotal { break }
-            }
+            let sink = try await constellation.syncUntilSinkHolds(acceptedTotal, deadline: .now + .seconds(120), with: client)
             #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")
             let repeated = sink.values.filter { $0 > 1 }.count
             print("chaos: 10,000 fixes, \(acceptedTotal) accepted; sink \(sink.count) distinct, \(repeated) delivered more than once")

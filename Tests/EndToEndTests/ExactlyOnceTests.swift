@@ -30,7 +30,7 @@ extension HeavySuites {
             let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
             let devices = (0..<4).map { "once-\(event.rawValue.prefix(8))-\($0)" }
             let drives = try devices.indices.map { k in
-                try NoiseGenerator(seed: UInt64(k + 11)).apply(to: truth).map { String(decoding: try JSONEncoder().encode($0.fix), as: UTF8.self) }
+                try NoiseGenerator(seed: UInt64(k + 11)).lines(over: truth)
             }
             let publisher = try await constellation.operatorClient()
             var published = 0
@@ -94,12 +94,7 @@ extension HeavySuites {
                 #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
                         "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted; missing: \(Self.ranges(accepted.subtracting(stored.map(\.seq))))")
             }
-            var sink: [String: Int] = [:]
-            while ContinuousClock.now < deadline {
-                _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
-                sink = constellation.sink!.points()
-                if sink.count >= acceptedTotal { break }
-            }
+            let sink = try await constellation.syncUntilSinkHolds(acceptedTotal, deadline: deadline, with: client)
             #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")
             #expect(sink.values.allSatisfy { $0 == 1 }, "\(sink.values.filter { $0 > 1 }.count) points delivered more than once")
 
