@@ -1,5 +1,7 @@
 import Bus
 import Dispatch
+import Foundation
+import Model
 import Runtime
 import Synchronization
 
@@ -38,6 +40,14 @@ public final class RecordingBus: MessageBus {
     public var messages: [MQTTMessage] { state.withLock { $0.sent.map(\.message) } }
 
     public func messages(topicSuffix suffix: String) -> [MQTTMessage] { messages.filter { $0.topic.hasSuffix(suffix) } }
+
+    /// Messages on topics ending with `suffix` (`"/points"`, `"tracker/van1/points"` …), decoded as `T` (others skipped).
+    public func decoded<T: Decodable>(_ type: T.Type, topicSuffix suffix: String) -> [T] {
+        messages(topicSuffix: suffix).compactMap { try? JSONCoding.decoder.decode(T.self, from: Data($0.payload)) }
+    }
+
+    /// The events published on topics ending with `suffix`, decoded.
+    public func events(topicSuffix suffix: String = "/events") -> [Event] { decoded(Event.self, topicSuffix: suffix) }
 
     /// The broker acknowledges everything published so far.
     public func acknowledgeAll() {

@@ -98,8 +98,7 @@ private final class RepairHarness {
     }
 
     var gaps: [StreamGap] {
-        consumerBus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
-            .compactMap { if case .streamGap(let gap) = $0.body { gap } else { nil } }
+        consumerBus.events().compactMap { if case .streamGap(let gap) = $0.body { gap } else { nil } }
     }
 }
 
@@ -224,7 +223,7 @@ private final class RepairHarness {
         // The consumer's store is new (deleted while it was stopped): the next point arrives at seq 31.
         h.deliver(Array(sent[30...]))
         h.deliver([])
-        let said = h.consumerBus.messages(topicSuffix: "_fleet/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+        let said = h.consumerBus.events(topicSuffix: "_fleet/events")
         #expect(said.count == 1)
         if case .diagnostic(let code, let message)? = said.first?.body {
             #expect(code == "emptyStore" && message.contains("seq 31"), "\(message)")

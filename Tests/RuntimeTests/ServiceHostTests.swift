@@ -88,8 +88,7 @@ final class HostHarness {
     }
 
     func events(_ code: String) -> [String] {
-        bus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
-            .compactMap { if case .diagnostic(code, let m) = $0.body { m } else if case .error(code, let m) = $0.body { m } else { nil } }
+        bus.events().compactMap { if case .diagnostic(code, let m) = $0.body { m } else if case .error(code, let m) = $0.body { m } else { nil } }
     }
 
     func total(_ device: String) throws -> Int64? {

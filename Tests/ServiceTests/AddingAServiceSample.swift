@@ -87,8 +87,7 @@ import Testing
     }
 
     func speedingEvents() -> [Event] {
-        bus.messages.filter { $0.topic == "tracker/van1/events" }
-            .compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+        bus.events(topicSuffix: "tracker/van1/events")
             .filter { if case .diagnostic(let code, _) = $0.body { code == "speeding" } else { false } }
     }
 

@@ -31,7 +31,7 @@ import Testing
     }
 
     func pointSeqs() -> [Int64] {
-        bus.messages.filter { $0.topic == "tracker/van1/points" }.compactMap { try? JSONCoding.decoder.decode(PointMessage.self, from: Data($0.payload)).point.seq }
+        bus.decoded(PointMessage.self, topicSuffix: "tracker/van1/points").map(\.point.seq)
     }
 
     @Test func aHeldFixIsReleasedByTheNextOrAfterTheLookAhead() throws {

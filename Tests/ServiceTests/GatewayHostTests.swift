@@ -30,8 +30,7 @@ import Testing
     }
 
     func sessionEvents() -> [String] {
-        bus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
-            .compactMap { if case .sessionStarted = $0.body { "started" } else if case .sessionStopped = $0.body { "stopped" } else { nil } }
+        bus.events().compactMap { if case .sessionStarted = $0.body { "started" } else if case .sessionStopped = $0.body { "stopped" } else { nil } }
     }
 
     @Test func anAutoSessionClosesWhenItsDeviceFallsSilentOnTheWallClock() throws {
@@ -59,7 +58,7 @@ import Testing
         gateway.receive(fix(t))
         gateway.receive(MQTTMessage(topic: "tracker/van1/fixes", string: "[\(fix(t + 1).string),\(fix(t + 1).string)]"))
         #expect(gateway.commit())
-        let raw = bus.messages(topicSuffix: "/raw").compactMap { try? JSONDecoder().decode(RawFix.self, from: Data($0.payload)) }
+        let raw = bus.decoded(RawFix.self, topicSuffix: "/raw")
         #expect(raw.map(\.seq) == [1, 2])
         #expect(Set(raw.map(\.epoch)) == [gateway.epoch])
         // The same fix twice in one array: dropped once, loudly.

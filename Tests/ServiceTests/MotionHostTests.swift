@@ -38,7 +38,7 @@ import Testing
     }
 
     func events(_ device: String = "van1") -> [Event] {
-        bus.messages.filter { $0.topic == "tracker/\(device)/events" }.compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
+        bus.events(topicSuffix: "tracker/\(device)/events")
     }
 
     func crossings() -> [Crossing] { events().compactMap { if case .geofence(let c) = $0.body { c } else { nil } } }
@@ -83,7 +83,7 @@ import Testing
         #expect(motionStates.last == .stationary)
         #expect(events().contains { if case .tripEnded(let trip) = $0.body { trip.distanceM > 1_900 } else { false } })
         // Motion states go to the filter on tracker/van1/motion, numbered from 1.
-        let sent = bus.messages(topicSuffix: "/motion").compactMap { try? JSONDecoder().decode(MotionMessage.self, from: Data($0.payload)) }
+        let sent = bus.decoded(MotionMessage.self, topicSuffix: "/motion")
         #expect(sent.map(\.seq) == Array(1...Int64(sent.count)) && sent.map(\.state) == motionStates)
     }
 

@@ -53,8 +53,7 @@ import TrackCore
         // Redelivered after a reconnect: stored once.
         for i in 0..<10 { track.receive(point(Int64(i + 1), t: Double(i), x: Double(i) * 10, odometer: Double(i) * 10)) }
         #expect(track.commit())
-        let gaps = bus.messages(topicSuffix: "/events").compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)) }
-            .compactMap { if case .trackingGap(let d, let m) = $0.body { (d, m) } else { nil } }
+        let gaps = bus.events().compactMap { if case .trackingGap(let d, let m) = $0.body { (d, m) } else { nil } }
         #expect(gaps.count == 1)
         #expect(gaps.first.map { (900...910).contains($0.0) && (2_000...2_020).contains($0.1) } == true)
         #expect(try query(track, "getCount", #"{"sessionID":"s1"}"#).result == .number(120))

@@ -55,7 +55,7 @@ final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
     }
 
     func events() -> [String] {
-        bus.messages.filter { $0.topic == "tracker/_fleet/events" }.compactMap { try? JSONDecoder().decode(Event.self, from: Data($0.payload)).type }
+        bus.events(topicSuffix: "tracker/_fleet/events").map(\.type)
     }
 
     @Test func everyAnswerDoesWhatItShould() throws {
