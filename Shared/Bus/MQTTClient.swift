@@ -190,20 +190,20 @@ public final class MQTTClient: @unchecked Sendable {
     /// thread keeps trying; calling this again waits for the connection.
     public func connect(timeout: Duration = .seconds(10)) async throws {
         let id = state.withLock { s in defer { s.nextWaiterID += 1 }; return s.nextWaiterID }
-        let timer = deadline(timeout) { [weak self] in
+        try await expiring(after: timeout, { [weak self] in
             self?.state.withLock { $0.connectWaiters.removeValue(forKey: id) }?
                 .resume(throwing: MQTTError.timedOut(operation: "connect"))
-        }
-        defer { timer.cancel() }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let (alreadyConnected, start) = state.withLock { s -> (Bool, Bool) in
-                if s.connected { return (true, false) }
-                s.connectWaiters[id] = continuation
-                defer { s.loopStarted = true }
-                return (false, !s.loopStarted)
+        }) {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let (alreadyConnected, start) = state.withLock { s -> (Bool, Bool) in
+                    if s.connected { return (true, false) }
+                    s.connectWaiters[id] = continuation
+                    defer { s.loopStarted = true }
+                    return (false, !s.loopStarted)
+                }
+                if alreadyConnected { continuation.resume(); return }
+                if start { loop.start(name: "mqtt-\(options.clientID)") }
             }
-            if alreadyConnected { continuation.resume(); return }
-            if start { loop.start(name: "mqtt-\(options.clientID)") }
         }
     }
 
@@ -241,19 +241,19 @@ public final class MQTTClient: @unchecked Sendable {
     /// Waits until no QoS 1 publish is awaiting its acknowledgement, across
     /// reconnects, or until `timeout`.
     public func drain(timeout: Duration = .seconds(10)) async {
-        let timer = deadline(timeout) { [weak self] in
+        await expiring(after: timeout, { [weak self] in
             let waiters: [CheckedContinuation<Void, Never>] =
                 self?.state.withLock { s in defer { s.drainWaiters = [] }; return s.drainWaiters } ?? []
             waiters.forEach { $0.resume() }
-        }
-        defer { timer.cancel() }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let done = state.withLock { s -> Bool in
-                if s.acks.isEmpty && s.backlog.isEmpty { return true }
-                s.drainWaiters.append(continuation)
-                return false
+        }) {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let done = state.withLock { s -> Bool in
+                    if s.acks.isEmpty && s.backlog.isEmpty { return true }
+                    s.drainWaiters.append(continuation)
+                    return false
+                }
+                if done { continuation.resume() }
             }
-            if done { continuation.resume() }
         }
     }
 
@@ -346,14 +346,14 @@ public final class MQTTClient: @unchecked Sendable {
     /// Publishes and waits for the broker's acknowledgement (QoS 1) or the send (QoS 0).
     public func publishAndWait(_ message: MQTTMessage, timeout: Duration = .seconds(10)) async throws {
         let box = ResumeOnce<Void>()
-        let timer = deadline(timeout) { box.resume(.failure(MQTTError.timedOut(operation: "publish to \(message.topic)"))) }
-        defer { timer.cancel() }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            box.set(continuation)
-            do {
-                try publish(message) { result in box.resume(result.mapError { $0 }) }
-            } catch {
-                box.resume(.failure(error))
+        try await expiring(after: timeout, { box.resume(.failure(MQTTError.timedOut(operation: "publish to \(message.topic)"))) }) {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                box.set(continuation)
+                do {
+                    try publish(message) { result in box.resume(result.mapError { $0 }) }
+                } catch {
+                    box.resume(.failure(error))
+                }
             }
         }
     }
@@ -373,25 +373,25 @@ public final class MQTTClient: @unchecked Sendable {
         }
         // The timer fails this subscribe only, found by its message id.
         let mid = Mutex<Int32?>(nil)
-        let timer = deadline(timeout) { [weak self] in
+        try await expiring(after: timeout, { [weak self] in
             guard let id = mid.withLock({ $0 }) else { return }
             self?.state.withLock { $0.subscribeWaiters.removeValue(forKey: id) }?
                 .continuation.resume(throwing: MQTTError.timedOut(operation: "subscribe"))
-        }
-        defer { timer.cancel() }
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            let rc = state.withLock { s -> Int32 in
-                var id: Int32 = 0
-                let rc = subscribeMultiple(filters, qos: qos, mid: &id)
-                if rc == MOSQ_ERR_SUCCESS.rawValue {
-                    s.subscribeWaiters[id] = (filters, continuation)
-                    mid.withLock { $0 = id }
+        }) {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                let rc = state.withLock { s -> Int32 in
+                    var id: Int32 = 0
+                    let rc = subscribeMultiple(filters, qos: qos, mid: &id)
+                    if rc == MOSQ_ERR_SUCCESS.rawValue {
+                        s.subscribeWaiters[id] = (filters, continuation)
+                        mid.withLock { $0 = id }
+                    }
+                    return rc
                 }
-                return rc
-            }
-            loop.wake()
-            if rc != MOSQ_ERR_SUCCESS.rawValue {
-                continuation.resume(throwing: MQTTError.library(operation: "subscribe", code: rc, message: Self.describe(rc)))
+                loop.wake()
+                if rc != MOSQ_ERR_SUCCESS.rawValue {
+                    continuation.resume(throwing: MQTTError.library(operation: "subscribe", code: rc, message: Self.describe(rc)))
+                }
             }
         }
     }
@@ -417,17 +417,17 @@ public final class MQTTClient: @unchecked Sendable {
         message.responseTopic = responseTopic
         message.correlationData = correlation
         let topic = message.topic
-        let timer = deadline(timeout) { [weak self] in
+        return try await expiring(after: timeout, { [weak self] in
             self?.state.withLock { s in s.requests.removeValue(forKey: correlation) }?
                 .resume(throwing: MQTTError.timedOut(operation: "request to \(topic)"))
-        }
-        defer { timer.cancel() }
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<MQTTMessage, any Error>) in
-            state.withLock { $0.requests[correlation] = continuation }
-            do {
-                try publish(message)
-            } catch {
-                state.withLock { $0.requests.removeValue(forKey: correlation) }?.resume(throwing: error)
+        }) {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<MQTTMessage, any Error>) in
+                state.withLock { $0.requests[correlation] = continuation }
+                do {
+                    try publish(message)
+                } catch {
+                    state.withLock { $0.requests.removeValue(forKey: correlation) }?.resume(throwing: error)
+                }
             }
         }
     }
@@ -445,10 +445,30 @@ public final class MQTTClient: @unchecked Sendable {
         return String(cString: mosquitto_strerror(rc))
     }
 
-    func deadline(_ timeout: Duration, _ fire: @escaping @Sendable () -> Void) -> DispatchWorkItem {
-        let item = DispatchWorkItem(block: fire)
-        DispatchQueue.global().asyncAfter(deadline: .now() + timeout.seconds, execute: item)
-        return item
+    /// `body`, with `expire` called if it has not returned after `timeout`
+    /// (it fails the waiter `body` registered, so `body` then returns).
+    func expiring<T: Sendable>(after timeout: Duration, _ expire: @escaping @Sendable () -> Void,
+                               _ body: () async throws -> T) async throws -> T {
+        try await withTimer(timeout, expire) { () async -> Result<T, any Error> in
+            do { return .success(try await body()) } catch { return .failure(error) }
+        }.get()
+    }
+
+    func expiring(after timeout: Duration, _ expire: @escaping @Sendable () -> Void, _ body: () async -> Void) async {
+        await withTimer(timeout, expire, body)
+    }
+
+    /// The timer is a child task, cancelled as soon as `body` returns.
+    private func withTimer<T: Sendable>(_ timeout: Duration, _ expire: @escaping @Sendable () -> Void, _ body: () async -> T) async -> T {
+        await withTaskGroup(of: Void.self) { timer in
+            timer.addTask {
+                // Cancelled: the body returned first.
+                do { try await Task.sleep(for: timeout) } catch { return }
+                expire()
+            }
+            defer { timer.cancelAll() }
+            return await body()
+        }
     }
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> MQTTClient? {

@@ -96,7 +96,8 @@ extension HeavySuites {
             }
             let sink = try await constellation.syncUntilSinkHolds(acceptedTotal, deadline: deadline, with: client)
             #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")
-            #expect(sink.values.allSatisfy { $0 == 1 }, "\(sink.values.filter { $0 > 1 }.count) points delivered more than once")
+            let uploaderLog = constellation.services["uploader"]!.log.suffix(4_000)
+            #expect(sink.values.allSatisfy { $0 == 1 }, "\(sink.values.filter { $0 > 1 }.count) points delivered more than once; the uploader's log: \(uploaderLog)")
 
             // What was repaired, and nothing left unrepaired: the producers' logs held it all.
             var repaired: [String: Int64] = [:]
