@@ -1,6 +1,8 @@
 import Bus
 import Foundation
+import Model
 @testable import Runtime
+import Store
 import Synchronization
 import TestSupport
 import Testing
@@ -92,5 +94,41 @@ final class Journal: Sendable {
         #expect(!client.isRunning)
         try await watcher.wait(timeout: 5, description: "the farewell") { $0.contains { $0.topic == "farewell/x" } }
         await watcher.close()
+    }
+}
+
+@Suite struct WaitingCommandTests {
+    /// A service whose `getDecisions` waits until the test releases it and
+    /// whose `getRawPoints` is a plain read, both answered by the query worker.
+    func service(_ release: StopRequest) -> ServiceDefinition<Tally> {
+        // Named after the filter, whose catalogue it answers (repairPoints comes with the outbox).
+        ServiceDefinition(name: "filter", migrations: [("items", DeviceLog.schema("items"))], rows: .json(fresh: { Tally() })) { db in
+            Routes(inputs: [], commands: [
+                .waiting("getDecisions") { _ in
+                    await release.wait()
+                    return .value("released")
+                },
+                .query("getRawPoints") { _, _ in .value("read") },
+            ], outbox: OutboxRoute(log: try DeviceLog(db: db, table: "items")) { "\($0.prefix)/\($1)/points" })
+        }
+    }
+
+    @Test func aCommandThatWaitsHoldsUpNoQuery() throws {
+        let database = TemporaryDatabase("waiting")
+        let bus = RecordingBus()
+        let release = StopRequest()
+        let host = try ServiceHost(service(release), databasePath: database.path, bus: bus, topics: Topics(),
+                                   logger: Logger(label: "test", minimum: .off), counters: HealthCounters()).runningParts()
+        defer { release.request(); host.close() }
+        host.receive(MQTTMessage(topic: "tracker/van1/cmd/getDecisions", string: #"{"id":"w"}"#))
+        host.receive(MQTTMessage(topic: "tracker/van1/cmd/getRawPoints", string: #"{"id":"r"}"#))
+        #expect(host.commit())
+        // The read is answered while the other still waits: nothing else can release it.
+        let read = bus.waitForMessage { $0.topic == "tracker/van1/reply/getRawPoints" }
+        #expect(read?.string.contains(#""result":"read""#) == true)
+        #expect(!bus.messages.contains { $0.topic == "tracker/van1/reply/getDecisions" })
+        release.request()
+        let waited = bus.waitForMessage { $0.topic == "tracker/van1/reply/getDecisions" }
+        #expect(waited?.string.contains(#""result":"released""#) == true)
     }
 }
