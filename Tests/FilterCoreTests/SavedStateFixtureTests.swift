@@ -122,16 +122,64 @@ import Testing
         }
     }
 
+    static func rowURL(_ name: String) -> URL { directory.appendingPathComponent("\(name).row.json") }
+
+    /// The device state of a saved row, as the JSON object version 1 wrote.
+    static func version1State(_ name: String) throws -> [String: Any] {
+        let row = try #require(JSONSerialization.jsonObject(with: Data(contentsOf: rowURL(name))) as? [String: Any])
+        return try #require(row["state"] as? [String: Any])
+    }
+
+    static func state(_ object: [String: Any]) throws -> (state: DeviceFilterState, restarted: Bool) {
+        DeviceFilterState.restored(from: try JSONSerialization.data(withJSONObject: object), using: JSONCoding.decoder)
+    }
+
+    /// Loaded as that release saved it, and again after this one saved it
+    /// in its own version: the rest of the fixes come out as they did then.
     @Test(arguments: try scenarios())
     func aSavedRowContinuesAsTheReleaseThatSavedIt(scenario: Scenario) throws {
-        let saved = try Data(contentsOf: Self.directory.appendingPathComponent("\(scenario.name).row.json"))
-        let (row, restarted) = try FilterRow.restored(from: saved, using: JSONCoding.decoder)
+        let (row, restarted) = try FilterRow.restored(from: Data(contentsOf: Self.rowURL(scenario.name)), using: JSONCoding.decoder)
         #expect(!restarted)
-        var continued = row
-        let after = Self.run(scenario, scenario.savedAfter..<scenario.fixes.count, row: &continued, release: true)
+        let resaved = try FilterRow.restored(from: JSONCoding.encode(row), using: JSONCoding.decoder)
+        #expect(!resaved.restarted && resaved.row == row)
         let text = try String(contentsOf: Self.directory.appendingPathComponent("\(scenario.name).after.jsonl"), encoding: .utf8)
         let expected = try text.split(separator: "\n").map { try JSONCoding.decoder.decode(Recorded.self, from: Data($0.utf8)) }
-        #expect(after.count == expected.count)
-        for (got, want) in zip(after, expected) { #expect(got == want) }
+        for start in [row, resaved.row] {
+            var continued = start
+            let after = Self.run(scenario, scenario.savedAfter..<scenario.fixes.count, row: &continued, release: true)
+            #expect(after.count == expected.count)
+            for (got, want) in zip(after, expected) { #expect(got == want) }
+        }
+    }
+
+    @Test func version1MovesToItsOwners() throws {
+        #expect(try Self.state(Self.version1State("fresh")).state == DeviceFilterState())
+        let lost = try Self.state(Self.version1State("clock-ran-ahead")).state
+        #expect(lost.kalman.track == nil && lost.kalman.frame != nil && !lost.smoothing.waiting.isEmpty)
+        let held = try Self.state(Self.version1State("held-two")).state
+        #expect(held.kalman.track != nil && held.lookAhead.held.map(\.seq) == [8, 9])
+        let parked = try Self.state(Self.version1State("mtv-doppler-parked")).state
+        #expect(parked.stop.anchor != nil && parked.stop.externalMotion == .moving && parked.stop.standingMs != nil)
+        #expect(parked.odometerM == (try Self.version1State("mtv-doppler-parked")["odometerM"] as? Double))
+        let saved = try #require(JSONSerialization.jsonObject(with: JSONCoding.encode(parked)) as? [String: Any])
+        #expect(saved["version"] as? Int == DeviceFilterState.savedVersion && saved["state"] is [String: Any])
+    }
+
+    /// Older than the fields version 1 always had, or newer than this
+    /// release: the filter restarts, odometer and ordering kept.
+    @Test func aStateNoVersionReadsRestartsKeepingTheOdometer() throws {
+        var tooOld = try Self.version1State("munich-no-doppler")
+        tooOld["trend"] = nil
+        let old = try Self.state(tooOld)
+        #expect(old.restarted)
+        #expect(old.state.odometerM == tooOld["odometerM"] as? Double && old.state.ordering.newestMs == (tooOld["newestMs"] as? NSNumber)?.int64Value)
+        #expect(old.state.kalman.track == nil && old.state.smoothing.waiting.isEmpty)
+
+        let current = try Self.state(Self.version1State("munich-no-doppler")).state
+        var newer = try #require(JSONSerialization.jsonObject(with: JSONCoding.encode(current)) as? [String: Any])
+        newer["version"] = DeviceFilterState.savedVersion + 1
+        let restarted = try Self.state(newer)
+        #expect(restarted.restarted && restarted.state.odometerM == current.odometerM)
+        #expect(restarted.state.ordering.newestMs == current.ordering.newestMs && restarted.state.kalman.track == nil)
     }
 }
