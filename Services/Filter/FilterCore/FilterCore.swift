@@ -43,29 +43,29 @@ public struct FilterCore: Sendable {
     /// fix the filter takes comes back with its step, its point not yet
     /// placed. `alone`: a held fix judged without the one after it, because none came.
     func assess(_ fix: FilterInput, state: inout DeviceFilterState, alone: Bool = false) -> Verdict {
-        var judging = Judging(fix: fix, alone: alone)
+        var judging = Judging(fix, alone: alone)
         for gate in Self.gates {
-            if let verdict = verdict(gate(self, &judging, &state), judging, state) { return verdict }
+            if let verdict = verdict(check(gate, fix, &judging, &state), fix, state) { return verdict }
         }
         // Only `start` finds no filter running, and it starts one.
-        guard let step = update(judging, state: &state) else { return accepted(fix, at: startFilter(judging, state: &state)) }
+        guard let step = update(fix, judging, state: &state) else { return accepted(fix, at: startFilter(fix, judging, state: &state)) }
         for gate in Self.gatesAfterUpdate {
-            if let verdict = verdict(gate(self, &judging, &state), judging, state) { return verdict }
+            if let verdict = verdict(check(gate, fix, &judging, &state), fix, state) { return verdict }
         }
         return taken(fix, step: step)
     }
 
-    /// What a gate's outcome makes of the fix; nil: on to the next gate.
-    private func verdict(_ outcome: GateOutcome, _ judging: Judging, _ state: DeviceFilterState) -> Verdict? {
+    /// What a gate's outcome makes of the fix; nil: on to the next gate.    @inline(__always)
+    private func verdict(_ outcome: GateOutcome, _ fix: FilterInput, _ state: DeviceFilterState) -> Verdict? {
         switch outcome {
         case .pass:
             nil
         case let .reject(reason, measured, limit):
-            reject(judging.fix, reason, state: state, measured: measured, limit: limit)
+            reject(fix, reason, state: state, measured: measured, limit: limit)
         case .restart(let placed):
-            accepted(judging.fix, at: placed)
+            accepted(fix, at: placed)
         case .standing(let at):
-            standing(judging.fix, at: at, odometerM: state.odometer.meters)
+            standing(fix, at: at, odometerM: state.odometer.meters)
         }
     }
 

@@ -21,51 +21,79 @@ struct StandingPlace {
     var latitude: Double, longitude: Double, accuracyM: Double
 }
 
-/// A fix on its way through the gates.
+/// What the gates found out about a fix on its way through them.
 struct Judging {
-    let fix: FilterInput
     /// A held fix judged without the one after it, because none came.
     let alone: Bool
+    /// The reported accuracy, 0 read as unknown (m).
+    let accuracy: Double
+    /// The position's standard deviation per axis (m).
+    let sigma: Double
     /// The position of the fix before this one: the ordering gate notes this
     /// one's in the state at once, the stop gates still compare with the last.
     var previousPosition: DeviceFilterState.Position?
-
-    init(fix: FilterInput, alone: Bool) { (self.fix, self.alone) = (fix, alone) }
-
-    /// The reported accuracy, 0 read as unknown (m).
-    var accuracy: Double { Accuracy.meters(fix.accuracyM) }
-    /// The position's standard deviation per axis (m).
-    var sigma: Double { Accuracy.sigma(accuracy) }
-    /// The fix in the filter's frame.
-    func local(_ frame: LocalFrame) -> (x: Double, y: Double) { frame.toLocal(lat: fix.latitude, lon: fix.longitude) }
+    /// The filter moved to the fix, as the innovation gate weighed it: what the update starts from.
+    var prediction: FilterCore.Prediction?
+    @inline(__always)
+    init(_ fix: FilterInput, alone: Bool) {
+        self.alone = alone
+        accuracy = Accuracy.meters(fix.accuracyM)
+        sigma = Accuracy.sigma(accuracy)
+    }
 }
 
-/// One gate: it reads the fix and the state, may note what it saw in the
-/// state (its owner's part), and says pass or how the fix ends.
-typealias Gate = @Sendable (FilterCore, inout Judging, inout DeviceFilterState) -> GateOutcome
+extension FilterInput {
+    /// The fix in the filter's frame.    @inline(__always)
+    func local(_ frame: LocalFrame) -> (x: Double, y: Double) { frame.toLocal(lat: reading.latitude, lon: reading.longitude) }
+}
+
+/// The gates. Each reads the fix and the state, may note what it saw in
+/// its owner's part of the state, and says pass or how the fix ends.
+enum Gate {
+    case validity, ordering, repeatedPosition, accuracyCeiling, start, impliedSpeed, parked, innovation
+    case stopsHere, dopplerStanding
+}
 
 extension FilterCore {
     /// The gates, in the order a fix meets them. A gate that has nothing to
     /// measure (no point before, not parked) passes.
     static let gates: [Gate] = [
-        validity,          // invalid_fix
-        ordering,          // duplicate, out_of_order, stale
-        repeatedPosition,  // repeated_position
-        accuracyCeiling,   // accuracy_too_low
-        start,             // not started: restart on this fix
-        impliedSpeed,      // implied_speed, or restart (recovery)
-        parked,            // stationary_drift, standing; or the departure
-        innovation,        // innovation_outlier, or restart (recovery)
+        .validity,          // invalid_fix
+        .ordering,          // duplicate, out_of_order, stale
+        .repeatedPosition,  // repeated_position
+        .accuracyCeiling,   // accuracy_too_low
+        .start,             // not started: restart on this fix
+        .impliedSpeed,      // implied_speed, or restart (recovery)
+        .parked,            // stationary_drift, standing; or the departure
+        .innovation,        // innovation_outlier, or restart (recovery)
     ]
     /// After the Kalman update (`update`): the gates that read what the filter made of the fix.
     static let gatesAfterUpdate: [Gate] = [
-        stopsHere,         // stationary_drift, standing
-        dopplerStanding,   // stationary_drift
+        .stopsHere,         // stationary_drift, standing
+        .dopplerStanding,   // stationary_drift
     ]
 
+    /// What `gate` says about the fix. Inlined, as are the gates: the walk
+    /// costs what one function with every gate in it did.
+    @inline(__always)
+    func check(_ gate: Gate, _ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+        switch gate {
+        case .validity: validity(fix, &judging, &state)
+        case .ordering: ordering(fix, &judging, &state)
+        case .repeatedPosition: repeatedPosition(fix, &judging, &state)
+        case .accuracyCeiling: accuracyCeiling(fix, &judging, &state)
+        case .start: start(fix, &judging, &state)
+        case .impliedSpeed: impliedSpeed(fix, &judging, &state)
+        case .parked: parked(fix, &judging, &state)
+        case .innovation: innovation(fix, &judging, &state)
+        case .stopsHere: stopsHere(fix, &judging, &state)
+        case .dopplerStanding: dopplerStanding(fix, &judging, &state)
+        }
+    }
+
     /// 1. A position that cannot be used: not finite, out of range, the (0, 0) "null island".
-    static func validity(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        let fix = judging.fix
+    @inline(__always)
+    func validity(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard fix.latitude.isFinite, fix.longitude.isFinite, abs(fix.latitude) <= 90, abs(fix.longitude) <= 180,
               !(fix.latitude == 0 && fix.longitude == 0), fix.accuracyM.isFinite, fix.accuracyM >= 0 else {
             return .reject(.invalidFix)
@@ -75,8 +103,8 @@ extension FilterCore {
 
     /// 2. Duplicate, out of order or stale, against the newest judged time.
     /// A fix that passes is the newest: its time, arrival, Doppler and place are noted.
-    static func ordering(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        let fix = judging.fix
+    @inline(__always)
+    func ordering(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         if Self.clockRanAhead(fix, state.ordering) {
             // The newest fix was stamped over a minute after it arrived, and
             // this one, behind it, agrees with its own arrival: the old
@@ -90,8 +118,8 @@ extension FilterCore {
             if fix.timeMs == newest { return .reject(.duplicate) }
             if fix.timeMs < newest {
                 let behind = Double(newest - fix.timeMs)
-                let reason: RejectReason = newest - fix.timeMs > core.profile.staleAfterMs ? .stale : .outOfOrder
-                return .reject(reason, measured: behind / 1000, limit: Double(core.profile.staleAfterMs) / 1000)
+                let reason: RejectReason = newest - fix.timeMs > profile.staleAfterMs ? .stale : .outOfOrder
+                return .reject(reason, measured: behind / 1000, limit: Double(profile.staleAfterMs) / 1000)
             }
         }
         state.ordering.reportIntervalMs = state.ordering.newestMs.map { fix.timeMs - $0 }
@@ -114,38 +142,41 @@ extension FilterCore {
     /// the receiver re-reporting a cached fix (no signal; phones and network
     /// locations do this for minutes while the device moves on). It says
     /// nothing about where the device is now.
-    static func repeatedPosition(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        let fix = judging.fix
+    @inline(__always)
+    func repeatedPosition(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         return judging.previousPosition == .init(latitude: fix.latitude, longitude: fix.longitude) ? .reject(.repeatedPosition) : .pass
     }
 
     /// 4. Accuracy worse than the profile's ceiling.
-    static func accuracyCeiling(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        let accuracy = judging.accuracy, ceiling = core.profile.accuracyCeilingM
+    @inline(__always)
+    func accuracyCeiling(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+        let accuracy = judging.accuracy, ceiling = profile.accuracyCeilingM
         return accuracy > ceiling ? .reject(.accuracyTooLow, measured: accuracy, limit: ceiling) : .pass
     }
 
     /// 5. No filter running: this fix starts one. A running one whose frame
     /// is far from the fix moves its origin there, to keep the flat frame small.
-    static func start(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        guard let track = state.kalman.track else { return .restart(core.startFilter(judging, state: &state)) }
-        let (x, y) = judging.local(track.frame)
-        if hypot(x, y) > 50_000 { core.recentre(&state, lat: judging.fix.latitude, lon: judging.fix.longitude) }
+    @inline(__always)
+    func start(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+        guard let track = state.kalman.track else { return .restart(startFilter(fix, judging, state: &state)) }
+        let (x, y) = fix.local(track.frame)
+        if hypot(x, y) > 50_000 { recentre(&state, lat: fix.latitude, lon: fix.longitude) }
         return .pass
     }
 
     /// 6. Reaching the fix from the last published point needs an
     /// implausible speed, allowing for both accuracies.
-    static func impliedSpeed(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+    @inline(__always)
+    func impliedSpeed(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard let last = state.odometer.lastPoint, let frame = state.kalman.frame else { return .pass }
-        let fix = judging.fix, accuracy = judging.accuracy
-        let (x, y) = judging.local(frame)
+        let accuracy = judging.accuracy
+        let (x, y) = fix.local(frame)
         let dt = max(1, Double(fix.timeMs - last.timeMs) / 1000)
         let distance = hypot(x - last.x, y - last.y)
         let speed = max(0, distance - accuracy - last.accuracyM) / dt
-        guard speed > core.maxSpeed(state) else { return .pass }
-        if let recovered = core.recover(judging, x: x, y: y, state: &state) { return .restart(recovered) }
-        return .reject(.impliedSpeed, measured: speed, limit: core.maxSpeed(state))
+        guard speed > maxSpeed(state) else { return .pass }
+        if let recovered = recover(fix, judging, x: x, y: y, state: &state) { return .restart(recovered) }
+        return .reject(.impliedSpeed, measured: speed, limit: maxSpeed(state))
     }
 
     /// 7. Parked: fixes around the anchor are drift. They keep the filter
@@ -154,12 +185,13 @@ extension FilterCore {
     /// slow walk or more, or a position beyond four times the radius; or,
     /// without Doppler, one beyond twice the radius while the trend is
     /// confidently moving.
-    static func parked(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+    @inline(__always)
+    func parked(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard let anchor = state.stop.anchor, let track = state.kalman.track else { return .pass }
-        let fix = judging.fix, accuracy = judging.accuracy
-        let (x, y) = judging.local(track.frame)
+        let accuracy = judging.accuracy
+        let (x, y) = fix.local(track.frame)
         let fromAnchor = hypot(x - anchor.x, y - anchor.y)
-        let radius = max(core.profile.stationaryRadiusM, accuracy)
+        let radius = max(profile.stationaryRadiusM, accuracy)
         state.stop.trend.add(x: x, y: y, sigma: judging.sigma, timeMs: fix.timeMs)
         let leaving: Bool
         if let doppler = fix.speedMps {
@@ -176,36 +208,42 @@ extension FilterCore {
         // away from a stop followed by silence is as often a jump as a departure.
         let needed = fix.timeMs - track.timeMs >= 3_000 && !judging.alone ? 1 : 2
         if state.stop.leavingCount < needed {
-            if !leaving || fromAnchor <= 2 * radius { core.absorbDrift(judging, x: x, y: y, state: &state) }
-            return core.drift(fix, state: &state, measured: fromAnchor, limit: radius)
+            if !leaving || fromAnchor <= 2 * radius { absorbDrift(fix, judging, x: x, y: y, state: &state) }
+            return drift(fix, state: &state, measured: fromAnchor, limit: radius)
         }
-        core.depart(from: anchor, radius: radius, at: fix, x: x, y: y, state: &state)
+        depart(from: anchor, radius: radius, at: fix, x: x, y: y, state: &state)
         return .pass
     }
 
     /// 8. Too far from the Kalman prediction, given both uncertainties.
-    static func innovation(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+    @inline(__always)
+    func innovation(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard let track = state.kalman.track else { return .pass }
-        let (x, y) = judging.local(track.frame)
-        let mahalanobis = core.prediction(judging, track, x: x, y: y, state: state).mahalanobis
-        guard mahalanobis > core.profile.innovationGate else { return .pass }
-        if let recovered = core.recover(judging, x: x, y: y, state: &state) { return .restart(recovered) }
-        return .reject(.innovationOutlier, measured: mahalanobis, limit: core.profile.innovationGate)
+        let (x, y) = fix.local(track.frame)
+        let prediction = prediction(fix, judging, track, x: x, y: y, state: state), mahalanobis = prediction.mahalanobis
+        guard mahalanobis > profile.innovationGate else {
+            judging.prediction = prediction
+            return .pass
+        }
+        if let recovered = recover(fix, judging, x: x, y: y, state: &state) { return .restart(recovered) }
+        return .reject(.innovationOutlier, measured: mahalanobis, limit: profile.innovationGate)
     }
 
     /// 9. Stationary drift suppression: the fix, now in the filter, shows the
     /// device parked (see `noteStop`). It is part of the stop, not a move.
-    static func stopsHere(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+    @inline(__always)
+    func stopsHere(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard let track = state.kalman.track else { return .pass }
-        core.noteStop(judging, x: track.east.position, y: track.north.position, state: &state)
+        noteStop(fix, judging, x: track.east.position, y: track.north.position, state: &state)
         guard state.stop.anchor != nil else { return .pass }
-        return core.drift(judging.fix, state: &state, measured: 0, limit: core.profile.stationaryRadiusM)
+        return drift(fix, state: &state, measured: 0, limit: profile.stationaryRadiusM)
     }
 
     /// 10. Doppler says standing, not yet for long enough to park (a
     /// walker's single dip): the point waits, nothing is parked.
-    static func dopplerStanding(_ core: FilterCore, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        guard let doppler = judging.fix.speedMps, state.stop.standingRun != nil else { return .pass }
+    @inline(__always)
+    func dopplerStanding(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
+        guard let doppler = fix.speedMps, state.stop.standingRun != nil else { return .pass }
         return .reject(.stationaryDrift, measured: doppler, limit: Self.standingDopplerMps)
     }
 }

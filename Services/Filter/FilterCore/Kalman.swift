@@ -7,8 +7,7 @@ extension FilterCore {
     /// Starts the filter on the fix: at its position (in the frame the
     /// published points are in, if any), with Doppler's velocity when it
     /// says the device moves, otherwise an unknown one.
-    func startFilter(_ judging: Judging, state: inout DeviceFilterState) -> Placement {
-        let fix = judging.fix
+    func startFilter(_ fix: FilterInput, _ judging: Judging, state: inout DeviceFilterState) -> Placement {
         let frame = state.kalman.frame ?? LocalFrame(originLat: fix.latitude, originLon: fix.longitude)
         let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
         let sigma = judging.sigma
@@ -32,8 +31,7 @@ extension FilterCore {
     /// When several outliers in a row agree with each other, the filter has
     /// lost the device (a real jump, a long tunnel): restart on them. Nil
     /// (the fix noted among the outliers) while they do not.
-    func recover(_ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) -> Placement? {
-        let fix = judging.fix
+    func recover(_ fix: FilterInput, _ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) -> Placement? {
         state.kalman.outliers.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: judging.accuracy))
         if state.kalman.outliers.count > profile.reinitializeAfter { state.kalman.outliers.removeFirst() }
         let run = state.kalman.outliers
@@ -44,7 +42,7 @@ extension FilterCore {
             return max(0, hypot(b.x - a.x, b.y - a.y) - a.accuracyM - b.accuracyM) / dt <= maxSpeed(state)
         }
         guard consistent else { return nil }
-        return startFilter(judging, state: &state)
+        return startFilter(fix, judging, state: &state)
     }
 
     /// The filter moved to the fix's time, and the fix's statistical distance from it.
@@ -59,9 +57,9 @@ extension FilterCore {
     /// noise suits fixes a second apart; over longer gaps real vehicles hold
     /// an acceleration (a turn, braking) and the position spreads like dt⁴,
     /// not dt³: the noise grows with the gap. Without Doppler nothing else
-    /// tells the filter of a turn, so it must follow the positions more closely.
-    func prediction(_ judging: Judging, _ track: KalmanState.Track, x: Double, y: Double, state: DeviceFilterState) -> Prediction {
-        let fix = judging.fix, sigma = judging.sigma
+    /// tells the filter of a turn, so it must follow the positions more closely.    @inline(__always)
+    func prediction(_ fix: FilterInput, _ judging: Judging, _ track: KalmanState.Track, x: Double, y: Double, state: DeviceFilterState) -> Prediction {
+        let sigma = judging.sigma
         let dt = Double(fix.timeMs - track.timeMs) / 1000
         let q = state.stop.externalMotion == .stationary
             ? profile.stationaryQ : movingQ(dt: dt, doppler: fix.speedMps != nil, noise: state.kalman.noise)
@@ -81,13 +79,13 @@ extension FilterCore {
         return (east, north, (ye * ye / se + yn * yn / sn).squareRoot())
     }
 
-    /// The Kalman update with a fix every gate passed, and its step (nil
-    /// when no filter runs, which only `start` finds, and it starts one).
-    func update(_ judging: Judging, state: inout DeviceFilterState) -> FilterStep? {
-        guard var track = state.kalman.track else { return nil }
-        let fix = judging.fix, sigma = judging.sigma, r = sigma * sigma
-        let (x, y) = judging.local(track.frame)
-        let prediction = prediction(judging, track, x: x, y: y, state: state)
+    /// The Kalman update with a fix every gate passed, from the innovation
+    /// gate's prediction, and its step (nil when no filter runs, which only
+    /// `start` finds, and it starts one).    @inline(__always)
+    func update(_ fix: FilterInput, _ judging: Judging, state: inout DeviceFilterState) -> FilterStep? {
+        guard var track = state.kalman.track, let prediction = judging.prediction else { return nil }
+        let sigma = judging.sigma, r = sigma * sigma
+        let (x, y) = fix.local(track.frame)
         var (east, north) = (prediction.east, prediction.north)
         let priorTimeMs = track.timeMs
         noteInnovation(fix, east: east, north: north, x: x, y: y, r: r, dt: prediction.dt, state: &state)
@@ -137,9 +135,9 @@ extension FilterCore {
     }
 
     /// A parked fix updates the (nearly still) filter unless it is an outlier.
-    func absorbDrift(_ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) {
+    func absorbDrift(_ fix: FilterInput, _ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) {
         guard var track = state.kalman.track else { return }
-        let fix = judging.fix, sigma = judging.sigma, r = sigma * sigma
+        let sigma = judging.sigma, r = sigma * sigma
         var east = track.east, north = track.north
         let dt = Double(fix.timeMs - track.timeMs) / 1000
         east.predict(dt: dt, q: profile.stationaryQ)

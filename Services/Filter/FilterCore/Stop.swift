@@ -36,8 +36,7 @@ extension FilterCore {
 
     /// Parks the device when the fix (at `x`, `y` in the filter, just
     /// updated with it) shows it standing still.
-    func noteStop(_ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) {
-        let fix = judging.fix
+    func noteStop(_ fix: FilterInput, _ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) {
         // Told `stationary`, park at once. Told `moving` or `stopPending`,
         // park by the fixes as always: the motion service sees the stop
         // through the standing points (`standingPoint`), not through drift.
@@ -55,7 +54,7 @@ extension FilterCore {
         if fix.speedMps != nil {
             slow = state.stop.standingRun.map { $0.count >= 2 && fix.timeMs - $0.sinceMs >= 2_000 } ?? false
         } else {
-            slow = state.stop.trend.confidentlySlowerThan(1.0) && !farFromThePrevious(judging)
+            slow = state.stop.trend.confidentlySlowerThan(1.0) && !farFromThePrevious(fix, judging)
         }
         if slow { state.stop.anchor = anchorPoint(state, x: x, y: y) }
     }
@@ -66,9 +65,8 @@ extension FilterCore {
     /// fits one that goes nowhere, and was parked there fix after fix (forty
     /// seeds every 15 s without Doppler: odometer −3.3 → −2.0 %, good phone
     /// −5.4 → −4.0; every 10 s −1.6 → −0.9; a second apart, within 0.1 %).
-    private func farFromThePrevious(_ judging: Judging) -> Bool {
+    private func farFromThePrevious(_ fix: FilterInput, _ judging: Judging) -> Bool {
         guard let previous = judging.previousPosition else { return false }
-        let fix = judging.fix
         let step = Geodesy.distance(previous.latitude, previous.longitude, fix.latitude, fix.longitude)
         return step > 2 * max(profile.stationaryRadiusM, Accuracy.meters(fix.accuracyM))
     }
