@@ -55,7 +55,8 @@ public struct FilterCore: Sendable {
         return taken(fix, step: step)
     }
 
-    /// What a gate's outcome makes of the fix; nil: on to the next gate.    @inline(__always)
+    /// What a gate's outcome makes of the fix; nil: on to the next gate.
+    @inline(__always)
     private func verdict(_ outcome: GateOutcome, _ fix: FilterInput, _ state: DeviceFilterState) -> Verdict? {
         switch outcome {
         case .pass:

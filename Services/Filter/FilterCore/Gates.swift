@@ -34,6 +34,7 @@ struct Judging {
     var previousPosition: DeviceFilterState.Position?
     /// The filter moved to the fix, as the innovation gate weighed it: what the update starts from.
     var prediction: FilterCore.Prediction?
+
     @inline(__always)
     init(_ fix: FilterInput, alone: Bool) {
         self.alone = alone
@@ -43,7 +44,8 @@ struct Judging {
 }
 
 extension FilterInput {
-    /// The fix in the filter's frame.    @inline(__always)
+    /// The fix in the filter's frame.
+    @inline(__always)
     func local(_ frame: LocalFrame) -> (x: Double, y: Double) { frame.toLocal(lat: reading.latitude, lon: reading.longitude) }
 }
 

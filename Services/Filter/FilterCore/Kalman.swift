@@ -57,7 +57,8 @@ extension FilterCore {
     /// noise suits fixes a second apart; over longer gaps real vehicles hold
     /// an acceleration (a turn, braking) and the position spreads like dt⁴,
     /// not dt³: the noise grows with the gap. Without Doppler nothing else
-    /// tells the filter of a turn, so it must follow the positions more closely.    @inline(__always)
+    /// tells the filter of a turn, so it must follow the positions more closely.
+    @inline(__always)
     func prediction(_ fix: FilterInput, _ judging: Judging, _ track: KalmanState.Track, x: Double, y: Double, state: DeviceFilterState) -> Prediction {
         let sigma = judging.sigma
         let dt = Double(fix.timeMs - track.timeMs) / 1000
@@ -81,7 +82,8 @@ extension FilterCore {
 
     /// The Kalman update with a fix every gate passed, from the innovation
     /// gate's prediction, and its step (nil when no filter runs, which only
-    /// `start` finds, and it starts one).    @inline(__always)
+    /// `start` finds, and it starts one).
+    @inline(__always)
     func update(_ fix: FilterInput, _ judging: Judging, state: inout DeviceFilterState) -> FilterStep? {
         guard var track = state.kalman.track, let prediction = judging.prediction else { return nil }
         let sigma = judging.sigma, r = sigma * sigma
