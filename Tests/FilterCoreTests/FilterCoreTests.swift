@@ -65,7 +65,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
                      honest(5, second: 4), honest(6, second: 5), honest(7, second: 6)]
         let (verdicts, state) = judgeAll(fixes)
         #expect(verdicts[4...].allSatisfy { $0.rejection == nil || $0.rejection == .minSpacing }, "\(verdicts.map(\.decision.reason))")
-        #expect(state.newestMs == fixes[6].timeMs)
+        #expect(state.ordering.newestMs == fixes[6].timeMs)
 
         let replayed = fixes.map { f -> FilterInput in var f = f; f.receivedMs = nil; return f }
         #expect(judgeAll(replayed).verdicts[4...].allSatisfy { $0.rejection == .stale })
@@ -112,12 +112,16 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         let current = DeviceFilterState.restored(from: JSONCoding.encode(state), using: JSONCoding.decoder)
         #expect(!current.restarted && current.state == state)
 
-        // An older version's state: a field this version needs is missing.
+        // A state this version cannot read: a field it needs is missing
+        // (version 1's own, from a release before it, in `SavedStateFixtureTests`).
         var object = try #require(JSONSerialization.jsonObject(with: JSONCoding.encode(state)) as? [String: Any])
-        object["trend"] = nil
+        var owners = try #require(object["state"] as? [String: Any]), stop = try #require(owners["stop"] as? [String: Any])
+        stop["trend"] = nil
+        owners["stop"] = stop
+        object["state"] = owners
         let old = DeviceFilterState.restored(from: try JSONSerialization.data(withJSONObject: object), using: JSONCoding.decoder)
         #expect(old.restarted)
-        #expect(old.state.odometerM == state.odometerM && old.state.newestMs == state.newestMs)
+        #expect(old.state.odometerM == state.odometerM && old.state.ordering.newestMs == state.ordering.newestMs)
         var restarted = old.state
         let next = FilterCore().judge(fixes[300], state: &restarted)
         #expect(next.point?.odometerM == state.odometerM)  // first point after the restart: nothing added, nothing lost
@@ -125,9 +129,9 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         #expect(garbage.restarted && garbage.state == DeviceFilterState())
     }
 
-    /// State saved before the optional fields existed (the report interval,
-    /// the steady track, the noise correlation, the held and lagging fixes)
-    /// is read as it is, not restarted: those fields start afresh.
+    /// State saved before the optional fields of version 1 existed (the
+    /// report interval, the steady track, the noise correlation, the held
+    /// and lagging fixes) is read as it is, not restarted: those fields start afresh.
     @Test func stateWithoutTheOptionalFieldsIsReadAsItIs() throws {
         let fixes = inputs(try Fixtures.fixes("munich-drive.jsonl")).map { fix -> FilterInput in
             var bare = fix
@@ -136,12 +140,15 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         }
         var state = DeviceFilterState()
         for fix in fixes[0..<300] { _ = FilterCore().submit(fix, state: &state) }
-        #expect(state.reportIntervalMs != nil && state.steady != nil && state.lagging != nil)
-        var object = try #require(JSONSerialization.jsonObject(with: JSONCoding.encode(state)) as? [String: Any])
+        #expect(state.ordering.reportIntervalMs != nil && state.lookAhead.steady != nil && !state.smoothing.waiting.isEmpty)
+        // The same state as the release before the envelope saved it, on the same fixes.
+        let saved = try FilterRow.restored(from: Data(contentsOf: SavedStateFixtureTests.rowURL("munich-no-doppler")), using: JSONCoding.decoder)
+        #expect(!saved.restarted && saved.row.state == state)
+        var object = try SavedStateFixtureTests.version1State("munich-no-doppler")
         for key in ["reportIntervalMs", "steady", "noise", "pending", "heldBehind", "lagging", "standingMs"] { object[key] = nil }
         let old = DeviceFilterState.restored(from: try JSONSerialization.data(withJSONObject: object), using: JSONCoding.decoder)
-        #expect(!old.restarted && old.state.reportIntervalMs == nil && old.state.steady == nil && old.state.lagging == nil)
-        #expect(old.state.odometerM == state.odometerM && old.state.newestMs == state.newestMs)
+        #expect(!old.restarted && old.state.ordering.reportIntervalMs == nil && old.state.lookAhead.steady == nil && old.state.smoothing.waiting.isEmpty)
+        #expect(old.state.odometerM == state.odometerM && old.state.ordering.newestMs == state.ordering.newestMs)
     }
 }
 

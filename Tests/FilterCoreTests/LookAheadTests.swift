@@ -122,9 +122,9 @@ import Testing
         var state = DeviceFilterState()
         let core = FilterCore()
         for f in fixes.prefix(9) { _ = core.submit(f, state: &state) }
-        #expect(state.pending?.seq == 8 && state.heldBehind?.map(\.seq) == [9])
+        #expect(state.lookAhead.held.map(\.seq) == [8, 9])
         _ = core.submit(fixes[9], state: &state)
-        #expect(state.pending?.seq != 8 && state.heldBehind == nil)
+        #expect(state.lookAhead.held.first?.seq != 8 && state.lookAhead.held.count <= 1)
     }
 
     @Test(arguments: [(20.0, 120.0), (30.0, 140.0)])
@@ -303,11 +303,11 @@ import Testing
         var state = DeviceFilterState()
         let core = FilterCore()
         for f in northbound(count: 3) { _ = core.submit(f, state: &state) }
-        #expect(state.pending?.seq == 3)
+        #expect(state.lookAhead.held.first?.seq == 3)
         var restored = try JSONDecoder().decode(DeviceFilterState.self, from: JSONEncoder().encode(state))
         #expect(restored == state)
         #expect(core.flush(state: &restored).map { $0.fix.seq } == [3])
-        #expect(restored.pending == nil)
+        #expect(restored.lookAhead.held.isEmpty)
     }
 
     @Test func twoHeldFixesSurviveTheStateBeingSaved() throws {
@@ -315,13 +315,13 @@ import Testing
         var state = DeviceFilterState()
         let core = FilterCore()
         for f in fixes.prefix(9) { _ = core.submit(f, state: &state) }
-        #expect(state.pending?.seq == 8 && state.heldBehind?.map(\.seq) == [9])
+        #expect(state.lookAhead.held.map(\.seq) == [8, 9])
         var restored = try JSONDecoder().decode(DeviceFilterState.self, from: JSONEncoder().encode(state))
         #expect(restored == state)
         let due = core.submit(fixes[9], state: &restored) + core.flush(state: &restored)
         #expect(due.first { $0.fix.seq == 8 }?.verdict.decision.reason == "isolated_jump")
         #expect(due.map(\.fix.seq).suffix(3) == [8, 9, 10])
-        #expect(restored.pending == nil && restored.heldBehind == nil)
+        #expect(restored.lookAhead.held.isEmpty)
     }
 
     @Test func aProfileWithoutLookAheadJudgesEveryFixAtOnce() {

@@ -79,7 +79,7 @@ import Testing
         var rng = SeededRandom(seed: 11)
         // Parked: nothing is held for the look-ahead, the drift waits in the lag.
         for i in 0..<40 { _ = core.submit(fix(i + 1, t: Double(i) * every, x: rng.gaussian() * 3, y: rng.gaussian() * 3), state: &state) }
-        #expect(state.pending == nil && state.lagging?.isEmpty == false)
+        #expect(state.lookAhead.held.isEmpty && !state.smoothing.waiting.isEmpty)
         let arrived = t0 + Int64(39 * every * 1000)
         #expect(core.dueMs(silentSince: arrived, state: state) == arrived + wait)
     }
@@ -90,7 +90,7 @@ import Testing
         fixes.append(fix(21, t: 20, x: 0, y: 200, speed: 10, course: 0))
         let (due, _, state) = run(fixes)
         #expect(due.last?.map(\.fix.seq) == Array(11...21))
-        #expect(state.lagging == nil)
+        #expect(state.smoothing.waiting.isEmpty)
     }
 
     /// Smoothed, the line without Doppler is as close to the truth as the

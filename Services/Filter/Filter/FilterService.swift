@@ -14,7 +14,8 @@ struct FilterSettings {
 
     init(_ reader: SettingsReader) throws {
         let name = try reader.choice("profile", default: "balanced", among: FilterProfile.Name.allCases.map(\.rawValue))
-        profile = .named(FilterProfile.Name(rawValue: name)!)
+        guard let named = FilterProfile.Name(rawValue: name) else { throw ConfigError("profile", "no profile named '\(name)'") }
+        profile = .named(named)
         // The two decision delays: the profile's by default, a deployment may trade them for latency.
         profile.lookAheadMs = Int64(try reader.double("lookAheadSec", default: Double(profile.lookAheadMs) / 1000, in: 0...120) * 1000)
         profile.lookAheadFixes = try reader.int("lookAheadFixes", default: profile.lookAheadFixes, in: 1...3)
@@ -39,7 +40,7 @@ enum FilterService {
     static func definition(_ settings: FilterSettings) -> ServiceDefinition<FilterRow> {
         let rows = RowCodec<FilterRow>(fresh: { FilterRow() }, encode: { Array(JSONCoding.encode($0)) }) { data in
             let (row, restarted) = try FilterRow.restored(from: data, using: JSONCoding.decoder)
-            return (row, restarted ? "saved filter state is from an older version; the filter restarts, odometer kept" : nil)
+            return (row, restarted ? "saved filter state is in a shape this version cannot read (see SavedState.swift); the filter restarts, odometer kept" : nil)
         }
         return ServiceDefinition(name: "filter", migrations: FilterStore.migrations, rows: rows) { db in
             let store = try FilterStore(db: db)

@@ -15,7 +15,8 @@ extension FilterCore {
     /// none or one of them does not fit the way out (then nothing changes).
     func takeBackTheWayOut(from anchor: DeviceFilterState.Anchor, radius: Double, to departure: (x: Double, y: Double),
                            state: inout DeviceFilterState) -> Bool {
-        guard var waiting = state.lagging, let frame = state.frame else { return false }
+        guard let frame = state.kalman.frame else { return false }
+        var waiting = state.smoothing.waiting
         // The trailing run of drift verdicts beyond the radius (`measured` is
         // the distance from the stop, `limit` the radius), without Doppler,
         // short of the departing fix: farther out, a fix was drift or wander
@@ -38,7 +39,7 @@ extension FilterCore {
             let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
             let sigma = Accuracy.sigma(fix.accuracyM)
             let dt = Double(fix.timeMs - timeMs) / 1000
-            let (predictedEast, predictedNorth, mahalanobis) = Self.predicted(east, north, dt: dt, q: movingQ(dt: dt, doppler: false, noise: state.noise),
+            let (predictedEast, predictedNorth, mahalanobis) = Self.predicted(east, north, dt: dt, q: movingQ(dt: dt, doppler: false, noise: state.kalman.noise),
                                                                              x: x, y: y, r: sigma * sigma)
             guard mahalanobis <= profile.innovationGate else { return false }
             (east, north) = (predictedEast, predictedNorth)
@@ -49,10 +50,8 @@ extension FilterCore {
                                                                  east: east, north: north))
             timeMs = fix.timeMs
         }
-        state.lagging = waiting
-        state.east = east
-        state.north = north
-        state.filterTimeMs = timeMs
+        state.smoothing.waiting = waiting
+        state.kalman.phase = .tracking(filter: .init(frame: frame, east: east, north: north, timeMs: timeMs))
         return true
     }
 

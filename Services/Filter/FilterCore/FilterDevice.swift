@@ -14,8 +14,9 @@ public struct FilterRow: Codable, Sendable, Equatable {
         self.state = state; self.rejections = rejections
     }
 
-    /// A stored row; state an older version wrote restarts the filter but
-    /// keeps the odometer and ordering (`restarted` says so).
+    /// A stored row. Its state is read in any version it was saved in
+    /// (`SavedState.swift`); one that no version reads restarts the filter
+    /// but keeps the odometer and ordering (`restarted` says so).
     public static func restored(from data: Data, using decoder: JSONDecoder) throws -> (row: FilterRow, restarted: Bool) {
         struct Stored: Decodable { var state: JSONValue; var rejections: Int?; var arrivedMs: Int64? }
         let stored = try decoder.decode(Stored.self, from: data)

@@ -19,17 +19,6 @@ public struct Judged: Sendable, Equatable {
 /// the bridge, but the next one off the old track too: a jump at either),
 /// the fix after settles it, up to `lookAheadFixes`. Fixes seconds apart
 /// (where the innovation gate already tells) are judged at once.
-extension DeviceFilterState {
-    /// The held fixes, oldest first (`pending`, then those behind it).
-    var held: [FilterInput] {
-        get { (pending.map { [$0] } ?? []) + (heldBehind ?? []) }
-        set {
-            pending = newValue.first
-            heldBehind = newValue.count > 1 ? Array(newValue.dropFirst()) : nil
-        }
-    }
-}
-
 extension FilterCore {
     /// Fixes closer together than this are judged at once: a second or two
     /// apart the innovation gate tells. Every 5 s without Doppler it does not
@@ -60,10 +49,10 @@ extension FilterCore {
     /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
     /// is held), one, or more (held fixes and this one).
     public func submit(_ fix: FilterInput, state: inout DeviceFilterState) -> [Judged] {
-        var held = state.held
+        var held = state.lookAhead.held
         guard !held.isEmpty else {
             if profile.lookAhead, waitsForNext(fix, state: state) {
-                state.held = [fix]
+                state.lookAhead.held = [fix]
                 return []
             }
             return publish([(fix, assess(fix, state: &state))], state: &state)
@@ -84,7 +73,7 @@ extension FilterCore {
                 assessed.append((fix, assess(fix, state: &state)))
             }
         }
-        state.held = held
+        state.lookAhead.held = held
         return publish(assessed, state: &state)
     }
 
@@ -92,8 +81,8 @@ extension FilterCore {
     /// session's end): the held fixes judged with what came after them (the
     /// newest alone), the smoothing lag emptied.
     public func flush(state: inout DeviceFilterState) -> [Judged] {
-        var held = state.held
-        state.held = []
+        var held = state.lookAhead.held
+        state.lookAhead.held = []
         var assessed: [(FilterInput, Verdict)] = []
         while !held.isEmpty {
             let first = held.removeFirst()
@@ -130,7 +119,7 @@ extension FilterCore {
     /// may wait for more (never once the device fell `silent`).
     private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, state: inout DeviceFilterState) -> Verdict? {
         let dense = later[0].timeMs - held.timeMs < Self.lookAheadMinGapMs
-        if dense, held.speedMps == nil, state.outlierRun.count >= 2 {
+        if dense, held.speedMps == nil, state.kalman.outliers.count >= 2 {
             // The filter has just rejected fixes in a row, and its gate, grown
             // with the time since, now takes one: the tail of a multipath
             // burst, or the device's new track. The old track coming back says which.
@@ -167,7 +156,7 @@ extension FilterCore {
 
     /// Whether anything waits for a later fix (held, or in the smoothing lag).
     public func waits(_ state: DeviceFilterState) -> Bool {
-        state.pending != nil || !(state.lagging ?? []).isEmpty
+        !state.lookAhead.held.isEmpty || !state.smoothing.waiting.isEmpty
     }
 
     /// When what waits is published if no fix comes (wall clock, ms), given
@@ -175,8 +164,8 @@ extension FilterCore {
     /// waits the look-ahead, the smoothing lag its own length, or, from a
     /// sparse device, its next fix (see `lagWaitMs`).
     public func dueMs(silentSince arrivedMs: Int64, state: DeviceFilterState) -> Int64? {
-        if state.pending != nil { return arrivedMs + profile.lookAheadMs }
-        if let lagging = state.lagging, !lagging.isEmpty { return arrivedMs + lagWaitMs(state) }
+        if !state.lookAhead.held.isEmpty { return arrivedMs + profile.lookAheadMs }
+        if !state.smoothing.waiting.isEmpty { return arrivedMs + lagWaitMs(state) }
         return nil
     }
 
@@ -187,7 +176,7 @@ extension FilterCore {
     /// interval late at most, within the look-ahead (a device reporting less
     /// often would not send it in time).
     func lagWaitMs(_ state: DeviceFilterState) -> Int64 {
-        guard profile.lookAhead, let interval = state.reportIntervalMs,
+        guard profile.lookAhead, let interval = state.ordering.reportIntervalMs,
               interval >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return profile.smoothingLagMs }
         return max(profile.smoothingLagMs, min(profile.lookAheadMs, interval * 3 / 2))
     }
@@ -207,14 +196,13 @@ extension FilterCore {
         // first clean fix out of the tunnel thrown away, the burst after it
         // taken), nor a fix with Doppler, whose velocity the gate already
         // knows (held, forty seeds every 15 s lost 0.2 % of the odometer).
-        let gap = fix.timeMs - state.filterTimeMs, interval = fix.timeMs - (state.newestMs ?? state.filterTimeMs)
+        guard let track = state.kalman.track else { return false }
+        let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
         let reportsInTime = interval <= profile.lookAheadMs
-            || (fix.speedMps == nil && state.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
+            || (fix.speedMps == nil && state.ordering.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
         // Parked too: a sparse fix far from the stop departs at once, so a
         // jump there would be a departure unless the next fix says otherwise.
-        guard state.east != nil, state.externalMotion != .stationary, gap >= Self.lookAheadMinGapMs, reportsInTime else {
-            return false
-        }
+        guard state.stop.externalMotion != .stationary, gap >= Self.lookAheadMinGapMs, reportsInTime else { return false }
         var trial = state
         return assess(fix, state: &trial).taken
     }
@@ -289,24 +277,23 @@ extension FilterCore {
     /// ordering and repeats), nothing else learned from it.
     private func skipping(_ held: FilterInput, _ state: DeviceFilterState) -> DeviceFilterState {
         var without = state
-        without.newestMs = held.timeMs
-        without.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
+        without.ordering.newestMs = held.timeMs
+        without.ordering.previousPosition = .init(latitude: held.latitude, longitude: held.longitude)
         return without
     }
 
     /// Where the stories about `held` start: the filter's state, with an
     /// unknown speed when parked (the held fix would be a departure), or,
     /// `steady` and without Doppler, the steady track, which knows the velocity far better.
-    private func storyStart(_ held: FilterInput, _ state: DeviceFilterState, steady: Bool)
-        -> (frame: LocalFrame, east: AxisFilter, north: AxisFilter)? {
-        guard let frame = state.frame, var east = state.east, var north = state.north, held.timeMs > state.filterTimeMs else { return nil }
-        if state.stationaryAnchor != nil {
-            east.vv = max(east.vv, Self.unknownVelocityVariance)
-            north.vv = max(north.vv, Self.unknownVelocityVariance)
-        } else if steady, held.speedMps == nil, let track = state.steady, track.frame == frame, track.timeMs == state.filterTimeMs {
-            (east, north) = (track.east, track.north)
+    private func storyStart(_ held: FilterInput, _ state: DeviceFilterState, steady: Bool) -> KalmanState.Track? {
+        guard var start = state.kalman.track, held.timeMs > start.timeMs else { return nil }
+        if state.stop.anchor != nil {
+            start.east.vv = max(start.east.vv, Self.unknownVelocityVariance)
+            start.north.vv = max(start.north.vv, Self.unknownVelocityVariance)
+        } else if steady, held.speedMps == nil, let track = state.lookAhead.steady, track.frame == start.frame, track.timeMs == start.timeMs {
+            (start.east, start.north) = (track.east, track.north)
         }
-        return (frame, east, north)
+        return start
     }
 
     /// The probability that `held` is a jump, given the fixes after it (see `resolve`).
@@ -316,14 +303,15 @@ extension FilterCore {
     /// before the braking makes the later fixes, back at the stop, look
     /// like a jump too, and the held one, out and back, like driving).
     func jumpProbability(_ held: FilterInput, later: [FilterInput], state: DeviceFilterState, alone: Bool = false) -> Double? {
-        guard let (frame, east, north) = storyStart(held, state, steady: true) else { return nil }
+        guard let start = storyStart(held, state, steady: true) else { return nil }
+        let (frame, east, north) = (start.frame, start.east, start.north)
         let fixes = [held] + later
         let standing = (east: Self.standing(east), north: Self.standing(north))
         var heldJumps = -Double.infinity, all = -Double.infinity
         for story in 0..<(1 << fixes.count) {
             let logLikelihood = Self.logSum(
-                log(1 - Self.standingPrior) + storyLikelihood(fixes, story: story, from: (east, north), frame: frame, since: state.filterTimeMs, q: storyQ),
-                log(Self.standingPrior) + storyLikelihood(fixes, story: story, from: standing, frame: frame, since: state.filterTimeMs) { _ in Self.standingQ })
+                log(1 - Self.standingPrior) + storyLikelihood(fixes, story: story, from: (east, north), frame: frame, since: start.timeMs, q: storyQ),
+                log(Self.standingPrior) + storyLikelihood(fixes, story: story, from: standing, frame: frame, since: start.timeMs) { _ in Self.standingQ })
             all = Self.logSum(all, logLikelihood)
             // A jump only against a track a later fix confirms: when every
             // fix is a jump, the filter's state is what is wrong.
@@ -387,7 +375,7 @@ extension FilterCore {
         let frame = start.frame
         var (east, north) = (start.east, start.north)
         let q = storyQ(held)
-        let toHeld = Double(held.timeMs - state.filterTimeMs) / 1000, toNext = Double(next.timeMs - held.timeMs) / 1000
+        let toHeld = Double(held.timeMs - start.timeMs) / 1000, toNext = Double(next.timeMs - held.timeMs) / 1000
         east.predict(dt: toHeld, q: q)
         north.predict(dt: toHeld, q: q)
         var eastNext = east, northNext = north
@@ -405,11 +393,12 @@ extension FilterCore {
 
     /// The fix's fit to the prediction.
     func fit(_ fix: FilterInput, state: DeviceFilterState) -> (distance: Double, logLikelihood: Double)? {
-        guard let frame = state.frame, var east = state.east, var north = state.north, fix.timeMs > state.filterTimeMs else { return nil }
-        let dt = Double(fix.timeMs - state.filterTimeMs) / 1000
+        guard let track = state.kalman.track, fix.timeMs > track.timeMs else { return nil }
+        var east = track.east, north = track.north
+        let dt = Double(fix.timeMs - track.timeMs) / 1000
         east.predict(dt: dt, q: storyQ(fix))
         north.predict(dt: dt, q: storyQ(fix))
-        return Self.fit(fix, to: east, north, frame: frame)
+        return Self.fit(fix, to: east, north, frame: track.frame)
     }
 
     /// A fix against where the two axes put it: its distance in standard
@@ -450,10 +439,9 @@ extension FilterCore {
     func noteSteady(_ fix: FilterInput, x: Double, y: Double, r: Double, priorTimeMs: Int64, state: inout DeviceFilterState) {
         // Only the stories about fixes without Doppler read it: a device that
         // always has Doppler never starts one (no work per fix, no saved bytes).
-        guard fix.speedMps == nil || state.steady != nil else { return }
-        guard let frame = state.frame, let east = state.east, let north = state.north else { return }
-        guard var steady = state.steady, steady.frame == frame, steady.timeMs == priorTimeMs, fix.timeMs > priorTimeMs else {
-            state.steady = SteadyTrack(east: east, north: north, timeMs: fix.timeMs, frame: frame)
+        guard fix.speedMps == nil || state.lookAhead.steady != nil, let track = state.kalman.track else { return }
+        guard var steady = state.lookAhead.steady, steady.frame == track.frame, steady.timeMs == priorTimeMs, fix.timeMs > priorTimeMs else {
+            state.lookAhead.steady = SteadyTrack(east: track.east, north: track.north, timeMs: fix.timeMs, frame: track.frame)
             return
         }
         let dt = Double(fix.timeMs - steady.timeMs) / 1000, q = storyQ(fix)
@@ -462,6 +450,6 @@ extension FilterCore {
         steady.east.update(position: x, r: r)
         steady.north.update(position: y, r: r)
         steady.timeMs = fix.timeMs
-        state.steady = steady
+        state.lookAhead.steady = steady
     }
 }

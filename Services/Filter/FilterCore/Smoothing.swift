@@ -53,13 +53,13 @@ extension FilterCore {
         var due: [Judged] = []
         for (fix, verdict) in assessed {
             if lags(fix) {
-                state.lagging = (state.lagging ?? []) + [Lagging(fix: fix, verdict: verdict)]
+                state.smoothing.waiting.append(Lagging(fix: fix, verdict: verdict))
             } else {
                 due += releaseLagging(before: .max, state: &state)
                 due.append(Judged(fix: fix, verdict: conclude(verdict, fix: fix, state: &state)))
             }
         }
-        if let newest = state.lagging?.last?.fix.timeMs {
+        if let newest = state.smoothing.waiting.last?.fix.timeMs {
             due += releaseLagging(before: newest - profile.smoothingLagMs + 1, state: &state)
         }
         return due
@@ -68,7 +68,8 @@ extension FilterCore {
     /// Publishes the waiting fixes older than `beforeMs`, each placed by the
     /// smoother over every waiting fix after it.
     func releaseLagging(before beforeMs: Int64, state: inout DeviceFilterState) -> [Judged] {
-        guard let waiting = state.lagging, let first = waiting.first, first.fix.timeMs < beforeMs else { return [] }
+        let waiting = state.smoothing.waiting
+        guard let first = waiting.first, first.fix.timeMs < beforeMs else { return [] }
         let smoothed = Self.smoothed(waiting.map(\.verdict.step))
         var due: [Judged] = []
         var released = 0
@@ -85,12 +86,12 @@ extension FilterCore {
             // them for independent). Sparse ones each carry their own fix's
             // error, so a step must be significant at about 95 %.
             let dense = step.timeMs - step.priorTimeMs <= Self.denseIntervalMs
-            let sigmas = dense ? Self.denseSpacingSigmas(state.noise, sinceMs: state.lastAccepted.map { step.timeMs - $0.timeMs }) : 2.0
+            let sigmas = dense ? Self.denseSpacingSigmas(state.kalman.noise, sinceMs: state.odometer.lastPoint.map { step.timeMs - $0.timeMs }) : 2.0
             // Where the next fix puts the device: the odometer's tangent here.
-            let ahead = waiting.indices.dropFirst(index + 1).first { smoothed[$0] != nil }.map { (smoothed[$0]!, waiting[$0].fix.timeMs) }
+            let ahead = waiting.indices.dropFirst(index + 1).lazy.compactMap { i in smoothed[i].map { ($0, waiting[i].fix.timeMs) } }.first
             due.append(Judged(fix: entry.fix, verdict: place(placed, fix: entry.fix, minimum: sigmas * placed.sigma, ahead: ahead, state: &state)))
         }
-        state.lagging = released == waiting.count ? nil : Array(waiting.dropFirst(released))
+        state.smoothing.waiting = Array(waiting.dropFirst(released))
         return due
     }
 
