@@ -87,6 +87,7 @@ extension DeviceFilterState: Codable {
     /// the Kalman filter on the next fix but keeps the odometer and the
     /// ordering, so the device's points stay continuous.
     public static func restored(from data: Data, using decoder: JSONDecoder) -> (state: DeviceFilterState, restarted: Bool) {
+        // Not decoding is the answer, not a failure: the caller logs the restart and counts it.
         if let state = try? decoder.decode(DeviceFilterState.self, from: data) { return (state, false) }
         var state = DeviceFilterState()
         // Whatever of the two numbers can be found is kept; nothing else is trusted.
