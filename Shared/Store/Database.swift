@@ -47,7 +47,7 @@ public final class Database {
         // A batch of a few hundred messages should fit in the page cache, or
         // SQLite spills (writes) pages mid-transaction and again at commit;
         // 5 MB keeps a service under 50 MB with 10,000 devices; against 8 MB it
-        // measured −5 % over 200k fixes, no difference over 1M (README, "Memory and disk").
+        // measured −5 % over 200k fixes, no difference over 1M (docs/benchmarks/2026-12-01.md, "Memory and disk").
         try execute("PRAGMA cache_size=-\(max(100, cacheKB))")
         // Savepoint sub-journals in memory, not in a temporary file per savepoint.
         try execute("PRAGMA temp_store=MEMORY")

@@ -54,7 +54,7 @@ public struct FilterProfile: Sendable, Equatable {
     }
 }
 
-/// The stable vocabulary of rejection reasons: part of the API, documented in the README.
+/// The stable vocabulary of rejection reasons: part of the API, documented in docs/contract.md.
 public enum RejectReason: String, Sendable, CaseIterable, Codable {
     /// Position not usable: non-finite, out of range, or the (0, 0) "null island".
     case invalidFix = "invalid_fix"
