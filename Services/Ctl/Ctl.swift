@@ -19,7 +19,8 @@ struct Ctl {
                                                            draw a built track (PNG beside it with rsvg-convert)
           view DEVICE --session ID --out FILE.html [--tiles URL]
                                                            the map's view of a day as one file that opens offline
-        common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX)
+        common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX);
+                logins: TRACKER_MQTT_USERNAME, TRACKER_MQTT_PASSWORD or TRACKER_MQTT_PASSWORD_FILE
         """
 
     static func main() async {

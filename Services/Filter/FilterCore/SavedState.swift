@@ -13,7 +13,7 @@ import Model
 ///
 /// A state that no version here reads (older than the fields version 1
 /// always had, or written by a newer release) restarts the filter but keeps
-/// the odometer and the ordering (`restored`).
+/// the odometer and the newest judged fix's time (`restored`).
 extension DeviceFilterState: Codable {
     /// The version this release writes.
     public static let savedVersion = 2
@@ -85,9 +85,9 @@ extension DeviceFilterState: Codable {
 
     /// Restores a saved state. One that does not decode (see above) restarts
     /// the Kalman filter on the next fix but keeps the odometer and the
-    /// ordering, so the device's points stay continuous.
+    /// newest judged fix's time, so the device's points stay continuous.
     public static func restored(from data: Data, using decoder: JSONDecoder) -> (state: DeviceFilterState, restarted: Bool) {
-        // Not decoding is the answer, not a failure: the caller logs the restart and counts it.
+        // Not decoding is the answer, not a failure: the caller logs the restart.
         if let state = try? decoder.decode(DeviceFilterState.self, from: data) { return (state, false) }
         var state = DeviceFilterState()
         // Whatever of the two numbers can be found is kept; nothing else is trusted.

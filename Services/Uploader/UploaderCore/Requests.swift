@@ -47,7 +47,7 @@ public enum Requests {
         return UploadRequest(method: "POST", url: config.url, headers: headers, body: w.bytes)
     }
 
-    /// OsmAnd: `?id=…&timestamp=…&lat=…&lon=…&speed=…&bearing=…&altitude=…&accuracy=…`,
+    /// OsmAnd: `?id=…&timestamp=…&lat=…&lon=…&speed=…&bearing=…&accuracy=…`,
     /// speed in knots as Traccar's OsmAnd decoder reads it, timestamp in seconds.
     static func osmand(_ q: QueuedPoint, config: SyncConfig) -> UploadRequest {
         var components = URLComponents(string: config.url) ?? URLComponents()
