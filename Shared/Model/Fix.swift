@@ -182,9 +182,14 @@ public struct Reading: Codable, Sendable, Equatable {
     public var accuracyM: Double
     public var speedMps: Double?
     public var courseDeg: Double?
+    /// What else the phone said with the fix, carried to the points it
+    /// becomes so forwarding keeps it (the filter does not use them).
+    public var altitudeM: Double?
+    public var batteryPct: Double?
 
-    public init(latitude: Double, longitude: Double, accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil) {
+    public init(latitude: Double, longitude: Double, accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil,
+                altitudeM: Double? = nil, batteryPct: Double? = nil) {
         self.latitude = latitude; self.longitude = longitude; self.accuracyM = accuracyM
-        self.speedMps = speedMps; self.courseDeg = courseDeg
+        self.speedMps = speedMps; self.courseDeg = courseDeg; self.altitudeM = altitudeM; self.batteryPct = batteryPct
     }
 }

@@ -234,8 +234,10 @@ extension PointMessage {
         if let m {
             guard let lat = m.double("latitude").required, let lon = m.double("longitude").required,
                   let acc = m.double("accuracyM").required, let speed = m.double("speedMps").optional,
-                  let course = m.double("courseDeg").optional else { return nil }
-            measured = MeasuredFix(latitude: lat, longitude: lon, accuracyM: acc, speedMps: speed, courseDeg: course)
+                  let course = m.double("courseDeg").optional, let altitude = m.double("altitudeM").optional,
+                  let battery = m.double("batteryPct").optional else { return nil }
+            measured = MeasuredFix(latitude: lat, longitude: lon, accuracyM: acc, speedMps: speed, courseDeg: course,
+                                   altitudeM: altitude, batteryPct: battery)
         }
         self.init(device: device, point: TrackPoint(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude,
                                                     longitude: longitude, accuracyM: accuracyM, speedMps: speedMps,

@@ -188,6 +188,8 @@ extension Reading: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()
         w.field("accuracyM", accuracyM)
+        w.field("altitudeM", altitudeM)
+        w.field("batteryPct", batteryPct)
         w.field("courseDeg", courseDeg)
         w.field("latitude", latitude)
         w.field("longitude", longitude)

@@ -10,6 +10,28 @@ extension HeavySuites {
     @Suite(.serialized) struct ConstellationTests {
         static let device = "demo-van"
 
+        /// An OwnTracks app's altitude and battery ride with each point to
+        /// the customer's endpoint (gateway → filter → uploader).
+        @Test func whatThePhoneSaidReachesTheSink() async throws {
+            let constellation = try Constellation()
+            try await constellation.start()
+            defer { constellation.stop() }
+            let client = try await constellation.operatorClient()
+            #expect(try await constellation.syncToSink(batchSize: 50, with: client).ok)
+            for i in 0..<5 {
+                let payload = #"{"_type":"location","tst":\#(1_793_197_938 + 5 * i),"lat":\#(48.1 + 0.0002 * Double(i)),"lon":11.5,"acc":5,"alt":512,"batt":81}"#
+                try await client.publishAndWait(MQTTMessage(topic: "owntracks/alice/phone", string: payload))
+            }
+            let sink = try await constellation.syncUntilSinkHolds(1, deadline: .now + .seconds(30), with: client)
+            #expect(!sink.isEmpty, "no point reached the sink")
+            let points = constellation.sink!.lines.compactMap { line in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["points"] as? [[String: Any]]
+            }.joined()
+            #expect(!points.isEmpty && points.allSatisfy { $0["altitudeM"] as? Double == 512 && $0["batteryPct"] as? Double == 81 },
+                    "\(Array(points.prefix(2)))")
+            await client.disconnect()
+        }
+
         @Test func theDemoRecordingTellsItsStory() async throws {
             let constellation = try Constellation(logins: true)
             try await constellation.start()

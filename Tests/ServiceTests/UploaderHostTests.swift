@@ -208,7 +208,8 @@ extension UploaderHostTests {
         #expect(lines.count == 3)
         let query = lines.first.flatMap { URLComponents(string: "http://x\($0)")?.queryItems } ?? []
         let fields = Dictionary(query.map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { a, _ in a })
-        #expect(fields["id"] == "van1" && fields["timestamp"] == "1800000001" && fields["lat"] == "48.1000000" && fields["lon"] == "11.5000000")
+        // Milliseconds, as Traccar reads a timestamp past 2^31.
+        #expect(fields["id"] == "van1" && fields["timestamp"] == "1800000001000" && fields["lat"] == "48.1000000" && fields["lon"] == "11.5000000")
     }
 }
 
@@ -237,5 +238,54 @@ extension UploaderHostTests {
         transport.script(Exchange(statusCode: 200))
         #expect(try command(uploader, "syncNow").result?["count"] == .number(1))
         #expect(transport.sent.last?.headers["Authorization"] == "Bearer new")
+    }
+}
+
+extension UploaderHostTests {
+    /// A batch is fixed once formed: the retry of a failed attempt sends the
+    /// same points under the same key, though more were queued meanwhile.
+    @Test func aRetrySendsTheSameBatchUnderTheSameKey() throws {
+        let uploader = try host()
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"batchSize":3}"#)
+        for seq in Int64(1)...2 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 503))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "retry")
+        for seq in Int64(3)...4 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 200), Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(2))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(2))
+        func seqs(_ request: UploadRequest) -> [Int] {
+            let body = try? JSONSerialization.jsonObject(with: Data(request.body ?? [])) as? [String: Any]
+            return (body?["points"] as? [[String: Any]])?.compactMap { $0["seq"] as? Int } ?? []
+        }
+        let sent = transport.sent
+        #expect(sent.map(seqs) == [[1, 2], [1, 2], [3, 4]])
+        #expect(sent[0].headers["Idempotency-Key"] == sent[1].headers["Idempotency-Key"])
+        #expect(sent[1].headers["Idempotency-Key"] != sent[2].headers["Idempotency-Key"])
+    }
+
+    /// The age cap counts from when a point was queued: a replayed recording
+    /// a year old is forwarded, and a point that waits too long goes, loudly.
+    @Test func theAgeCapCountsFromWhenAPointWasQueued() throws {
+        let uploader = try host()
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"maxDaysToPersist":1}"#)
+        let yearOld = TrackPoint(seq: 1, sessionID: "s", timeMs: clock.nowMs() - 365 * 86_400_000, latitude: 48.1, longitude: 11.5,
+                                 accuracyM: 5, odometerM: 0)
+        uploader.receive(MQTTMessage(topic: "tracker/van1/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID("van1")!, point: yearOld, epoch: "f")))))
+        uploader.receive(point(2))
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(2))
+        #expect(!bus.messages.contains { $0.string.contains("queueCapped") })
+        uploader.receive(point(3))
+        #expect(uploader.commit())
+        clock.advance(by: .seconds(2 * 86_400))
+        #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "empty")
+        let capped = bus.messages.first { $0.string.contains("queueCapped") }
+        #expect(capped?.string.contains("1 queued point") == true)
     }
 }

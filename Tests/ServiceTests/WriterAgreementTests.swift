@@ -29,7 +29,7 @@ import TrackCore
     static let point = TrackPoint(seq: 3, sessionID: "s-1", timeMs: 1_793_197_938_549, latitude: 48.137154, longitude: 11.576124,
                                   accuracyM: 7.825587755538549, speedMps: 13.2, courseDeg: 263.6, odometerM: 1234.5678)
     static let bare = TrackPoint(seq: 1, sessionID: nil, timeMs: 9, latitude: -33.9, longitude: 151.2, accuracyM: 0, odometerM: 0)
-    static let reading = Reading(latitude: 1.5, longitude: -2, accuracyM: 12.25, speedMps: 3, courseDeg: 90)
+    static let reading = Reading(latitude: 1.5, longitude: -2, accuracyM: 12.25, speedMps: 3, courseDeg: 90, altitudeM: 512.5, batteryPct: 81)
 
     static var samples: [Sample] {
         let trip = Trip(startMs: 1, startLatitude: 1, startLongitude: 2, startOdometerM: 3, sessionID: "s")

@@ -82,17 +82,17 @@ extension Verdict {
     @Test func aJSONBatchNamesEveryPointByDeviceAndSeq() throws {
         var config = SyncConfig(url: "https://api.example.com/points")
         config.headers = ["Authorization": "Bearer x"]
-        let requests = Requests.make([queued(1), queued(2)], config: config)
+        let requests = Requests.make([queued(1), queued(2)], key: "batch-1", config: config)
         #expect(requests.count == 1)
         let request = requests[0]
         #expect(request.method == "POST" && request.headers["Authorization"] == "Bearer x" && request.headers["Content-Type"] == "application/json")
-        #expect(request.headers["Idempotency-Key"] == Requests.idempotencyKey([queued(1), queued(2)]))
+        #expect(request.headers["Idempotency-Key"] == "batch-1")
         let body = try #require(try JSONSerialization.jsonObject(with: Data(request.body ?? [])) as? [String: Any])
         #expect(body["device"] as? String == "van1")
         let points = try #require(body["points"] as? [[String: Any]])
         #expect(points.map { $0["seq"] as? Int } == [1, 2] && points.allSatisfy { $0["device"] as? String == "van1" })
         // Mixed devices: no batch-level device, every point still says whose it is.
-        let mixed = Requests.make([queued(1), queued(1, device: DeviceID("van2")!)], config: config)[0]
+        let mixed = Requests.make([queued(1), queued(1, device: DeviceID("van2")!)], key: "batch-2", config: config)[0]
         let mixedBody = try #require(try JSONSerialization.jsonObject(with: Data(mixed.body ?? [])) as? [String: Any])
         #expect(mixedBody["device"] == nil)
     }
@@ -100,12 +100,37 @@ extension Verdict {
     @Test func osmandIsOneRequestPerPointWithItsFieldsInTheQuery() throws {
         var config = SyncConfig(url: "http://traccar.example:5055/")
         config.format = .osmand
-        let requests = Requests.make([queued(1), queued(2)], config: config)
+        let requests = Requests.make([queued(1), queued(2)], key: "unused", config: config)
         #expect(requests.count == 2)
         let items = try #require(URLComponents(string: requests[0].url)?.queryItems)
         let fields = Dictionary(uniqueKeysWithValues: items.map { ($0.name, $0.value ?? "") })
-        #expect(fields["id"] == "van1" && fields["timestamp"] == "1800000001" && fields["lat"] == "48.1000000")
+        // Milliseconds: Traccar's decoder reads a timestamp past 2^31 as ms.
+        #expect(fields["id"] == "van1" && fields["timestamp"] == "1800000001000" && fields["lat"] == "48.1000000")
         #expect(fields["speed"].flatMap(Double.init).map { abs($0 - 19.44) < 0.01 } == true)  // knots
         #expect(fields["bearing"] == "90.0" && fields["accuracy"] == "5.0")
+        // Nothing the phone did not say.
+        #expect(fields["altitude"] == nil && fields["batt"] == nil)
+        #expect(requests[0].headers["Idempotency-Key"] == "van1::1")
+    }
+
+    @Test func forwardingKeepsWhatThePhoneSaid() throws {
+        var point = queued(7, device: DeviceID("van-1")!)
+        point.epoch = "e-1"
+        point.altitudeM = 512.25
+        point.batteryPct = 81
+        var config = SyncConfig(url: "http://traccar.example:5055/")
+        config.format = .osmand
+        let request = Requests.make([point], key: "unused", config: config)[0]
+        let items = try #require(URLComponents(string: request.url)?.queryItems)
+        let fields = Dictionary(uniqueKeysWithValues: items.map { ($0.name, $0.value ?? "") })
+        #expect(fields["altitude"] == "512.2" || fields["altitude"] == "512.3")
+        #expect(fields["batt"] == "81" && fields["timestamp"] == "1800000007000")
+        // A device id with dashes cannot make two points' keys alike.
+        #expect(request.headers["Idempotency-Key"] == "van-1:e-1:7")
+        config.format = .json
+        let json = Requests.make([point], key: "batch-9", config: config)[0]
+        let body = try #require(try JSONSerialization.jsonObject(with: Data(json.body ?? [])) as? [String: Any])
+        let first = try #require((body["points"] as? [[String: Any]])?.first)
+        #expect(first["altitudeM"] as? Double == 512.25 && first["batteryPct"] as? Double == 81 && first["timeMs"] as? Int == 1_800_000_007_000)
     }
 }

@@ -12,9 +12,11 @@ public struct FilterInput: Codable, Sendable, Equatable {
     public var receivedMs: Int64?
 
     public init(seq: Int64, sessionID: String?, timeMs: Int64, latitude: Double, longitude: Double,
-                accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil, receivedMs: Int64? = nil) {
+                accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil, receivedMs: Int64? = nil,
+                altitudeM: Double? = nil, batteryPct: Double? = nil) {
         self.seq = seq; self.sessionID = sessionID; self.timeMs = timeMs
-        self.reading = Reading(latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg)
+        self.reading = Reading(latitude: latitude, longitude: longitude, accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg,
+                               altitudeM: altitudeM, batteryPct: batteryPct)
         self.receivedMs = receivedMs
     }
 
@@ -34,7 +36,7 @@ public struct FilterInput: Codable, Sendable, Equatable {
     public init(_ raw: RawFix) {
         self.init(seq: raw.seq, sessionID: raw.sessionID, timeMs: raw.timeMs, latitude: raw.latitude,
                   longitude: raw.longitude, accuracyM: raw.accuracyM, speedMps: raw.speedMps, courseDeg: raw.courseDeg,
-                  receivedMs: raw.receivedMs > 0 ? raw.receivedMs : nil)
+                  receivedMs: raw.receivedMs > 0 ? raw.receivedMs : nil, altitudeM: raw.altitudeM, batteryPct: raw.batteryPct)
     }
 }
 

@@ -185,7 +185,8 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         // Points committed after this mark may be missing from the count below: added on top (one counted
         // twice now and then is harmless, health never says empty while a point waits).
         let mark = state.withLock { $0.noted }
-        let (dropped, waiting) = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000))
+        let (dropped, waiting) = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000),
+                                               nowMs: clock.nowMs())
         if dropped > 0 {
             publish(.diagnostic(code: "queueCapped", message: "\(dropped) queued point(s) dropped: the queue holds at most "
                                 + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
@@ -200,13 +201,14 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             guard config.autoSync, waiting >= config.autoSyncThreshold else { return (1_000, nil) }
             guard nowMs >= nextAttemptMs else { return (nextAttemptMs - nowMs, nil) }
         }
-        let batch = try store.batch(limit: config.batchSize)
+        // Fixed once formed: a retry sends these same points under this same key.
+        let (key, batch) = try store.batch(limit: config.batchSize)
         guard !batch.isEmpty else { return (1_000, .empty) }
         let rules = DeliveryRules(config)
         var delivered: [Int64] = []
         var verdict = Verdict.delivered
         // OsmAnd sends a request per point: stop at the first that does not go through.
-        let requests = Requests.make(batch.map(\.point), config: config)
+        let requests = Requests.make(batch.map(\.point), key: key, config: config)
         let perRequest = config.format == .osmand ? 1 : batch.count
         for (i, request) in requests.enumerated() {
             let exchange = await transport.send(request, timeoutMs: config.httpTimeoutMs)

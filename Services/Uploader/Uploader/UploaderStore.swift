@@ -22,16 +22,33 @@ final class UploaderStore {
             CREATE TABLE sync (id INTEGER PRIMARY KEY CHECK (id = 1), config TEXT, authExpired INTEGER NOT NULL DEFAULT 0);
             INSERT INTO sync (id) VALUES (1);
             """),
+        // What the phone said beside the point, when the point was queued (the age cap counts from
+        // then: a replayed recording is not dropped for its fixes' age), and the batch a point went
+        // out in: a retry resends that batch as formed, under its key.
+        ("2-uploader-forwarding", """
+            ALTER TABLE queue ADD COLUMN altitudeM REAL;
+            ALTER TABLE queue ADD COLUMN batteryPct REAL;
+            ALTER TABLE queue ADD COLUMN queuedMs INTEGER;
+            ALTER TABLE queue ADD COLUMN batch TEXT;
+            UPDATE queue SET queuedMs = CAST(strftime('%s', 'now') AS INTEGER) * 1000;
+            CREATE INDEX queue_by_queued ON queue(parked, queuedMs);
+            """),
     ]
 
     init(db: Database) { self.db = db }
 
     /// Once per `(device, epoch, seq)`: a redelivered point is not queued twice.
-    func enqueue(_ message: PointMessage) throws {
-        try db.run("INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body) VALUES (?, ?, ?, ?, ?)", [
+    func enqueue(_ message: PointMessage, nowMs: Int64) throws {
+        try db.run("""
+            INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body, altitudeM, batteryPct, queuedMs)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, [
             .text(message.device.rawValue), .text(message.epoch ?? ""), .integer(message.point.seq), .integer(message.point.timeMs),
-            .utf8(Array(JSONCoding.encode(message.point)))])
+            .utf8(Array(JSONCoding.encode(message.point))), Self.real(message.measured?.altitudeM), Self.real(message.measured?.batteryPct),
+            .integer(nowMs)])
     }
+
+    private static func real(_ value: Double?) -> SQLValue { value.map { .real($0) } ?? .null }
 
     func config() throws -> SyncConfig? { try sync().config }
 
@@ -49,12 +66,25 @@ final class UploaderStore {
 
     func setAuthExpired() throws { try db.run("UPDATE sync SET authExpired = 1 WHERE id = 1") }
 
-    /// The oldest waiting points, at most `limit`.
-    func batch(limit: Int) throws -> [(id: Int64, point: QueuedPoint)] {
-        try db.query("SELECT id, device, body FROM queue WHERE parked = 0 ORDER BY id LIMIT ?", [.int(limit)]) { row in
-            guard let device = DeviceID(row.string(1)) else { throw StoreError(code: 0, message: "bad device in queue", sql: nil) }
-            return (row.int64(0), QueuedPoint(device: device, point: try JSONCoding.decoder.decode(TrackPoint.self, from: row.data(2))))
+    /// The batch to send: the one formed earlier and not yet delivered, as it
+    /// was (a retry), or else a new one of the oldest waiting points, at most
+    /// `limit`, under a new key.
+    func batch(limit: Int) throws -> (key: String, points: [(id: Int64, point: QueuedPoint)]) {
+        let open = try db.first("SELECT batch FROM queue WHERE parked = 0 AND batch IS NOT NULL ORDER BY id LIMIT 1") { $0.string(0) }
+        let key: String
+        if let open { key = open } else {
+            key = "batch-\(UUID().uuidString.lowercased())"
+            try db.run("UPDATE queue SET batch = ? WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)",
+                       .text(key), .integer(Int64(limit)))
         }
+        let points = try db.query("""
+            SELECT id, device, body, epoch, altitudeM, batteryPct FROM queue WHERE parked = 0 AND batch = ? ORDER BY id
+            """, [.text(key)]) { row -> (id: Int64, point: QueuedPoint) in
+            guard let device = DeviceID(row.string(1)) else { throw StoreError(code: 0, message: "bad device in queue", sql: nil) }
+            return (row.int64(0), QueuedPoint(device: device, point: try JSONCoding.decoder.decode(TrackPoint.self, from: row.data(2)),
+                                              epoch: row.string(3), altitudeM: row.optionalDouble(4), batteryPct: row.optionalDouble(5)))
+        }
+        return (key, points)
     }
 
     func delete(_ ids: [Int64]) throws {
@@ -65,19 +95,14 @@ final class UploaderStore {
         try db.transaction { for id in ids { try db.run("UPDATE queue SET parked = 1 WHERE id = ?", .integer(id)) } }
     }
 
-    /// Holds the queue to its caps: at most `maxRecords` waiting, none older
-    /// than `maxAgeMs` before the newest. Returns how many were dropped.
-    /// Also returns how many points wait afterwards (counted once).
-    func cap(maxRecords: Int, maxAgeMs: Int64) throws -> (dropped: Int, waiting: Int) {
+    /// Holds the queue to its caps: at most `maxRecords` waiting, none queued
+    /// more than `maxAgeMs` before `nowMs`. Returns how many were dropped, and
+    /// how many points wait afterwards (counted once).
+    func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64) throws -> (dropped: Int, waiting: Int) {
         var dropped = 0
-        let newest = try [0, 1].compactMap { parked in
-            try db.first("SELECT max(timeMs) FROM queue WHERE parked = ?", [.integer(Int64(parked))]) { $0.optionalInt64(0) } ?? nil
-        }.max()
-        if let newest {
-            for parked in [0, 1] {
-                try db.run("DELETE FROM queue WHERE parked = ? AND timeMs < ?", .integer(Int64(parked)), .integer(newest - maxAgeMs))
-                dropped += db.changes
-            }
+        for parked in [0, 1] {
+            try db.run("DELETE FROM queue WHERE parked = ? AND queuedMs < ?", .integer(Int64(parked)), .integer(nowMs - maxAgeMs))
+            dropped += db.changes
         }
         var waiting = try self.waiting()
         if waiting > maxRecords {

@@ -1,11 +1,22 @@
 import Foundation
 import Model
 
-/// A queued point: the accepted point with its device.
+/// A queued point: the accepted point with its device, and what the phone
+/// said with the fix that the point itself does not carry.
 public struct QueuedPoint: Sendable, Equatable {
     public var device: DeviceID
     public var point: TrackPoint
-    public init(device: DeviceID, point: TrackPoint) { self.device = device; self.point = point }
+    /// The filter store's identity the point's seq belongs to.
+    public var epoch: String
+    public var altitudeM: Double?
+    public var batteryPct: Double?
+
+    public init(device: DeviceID, point: TrackPoint, epoch: String = "", altitudeM: Double? = nil, batteryPct: Double? = nil) {
+        self.device = device; self.point = point; self.epoch = epoch; self.altitudeM = altitudeM; self.batteryPct = batteryPct
+    }
+
+    /// `device:epoch:seq`: unambiguous, since neither a device id nor an epoch holds a colon.
+    public var key: String { "\(device):\(epoch):\(point.seq)" }
 }
 
 /// One HTTP request to make.
@@ -21,56 +32,60 @@ public struct UploadRequest: Sendable, Equatable {
 }
 
 public enum Requests {
-    /// The requests for one batch: one POST for `json`, one per point for `osmand`.
-    public static func make(_ batch: [QueuedPoint], config: SyncConfig) -> [UploadRequest] {
+    /// The requests for one batch: one POST for `json` under the batch's
+    /// `key` (fixed when the batch was formed, so a retry resends the same
+    /// points under the same key), one per point for `osmand` under the point's.
+    public static func make(_ batch: [QueuedPoint], key: String, config: SyncConfig) -> [UploadRequest] {
         switch config.format {
-        case .json: [json(batch, config: config)]
+        case .json: [json(batch, key: key, config: config)]
         case .osmand: batch.map { osmand($0, config: config) }
         }
     }
 
-    /// `{"device": D (when the batch has one), "points": [{device, seq, …TrackPoint}]}`,
-    /// with an `Idempotency-Key` that names the batch's points (the same on every retry).
-    static func json(_ batch: [QueuedPoint], config: SyncConfig) -> UploadRequest {
+    /// `{"device": D (when the batch has one), "points": [{device, seq, …TrackPoint, altitudeM?, batteryPct?}]}`.
+    static func json(_ batch: [QueuedPoint], key: String, config: SyncConfig) -> UploadRequest {
         var w = JSONWriter()
         w.beginObject()
         let devices = Set(batch.map(\.device))
         if devices.count == 1, let only = devices.first { w.field("device", only) }
         w.key("points")
         w.beginArray()
-        for q in batch { q.point.write(to: &w) { $0.field("device", q.device) } }
+        for q in batch {
+            q.point.write(to: &w) { w in
+                w.field("altitudeM", q.altitudeM)
+                w.field("batteryPct", q.batteryPct)
+                w.field("device", q.device)
+            }
+        }
         w.endArray()
         w.endObject()
         var headers = config.headers
         headers["Content-Type"] = "application/json"
-        headers["Idempotency-Key"] = idempotencyKey(batch)
+        headers["Idempotency-Key"] = key
         return UploadRequest(method: "POST", url: config.url, headers: headers, body: w.bytes)
     }
 
-    /// OsmAnd: `?id=…&timestamp=…&lat=…&lon=…&speed=…&bearing=…&accuracy=…`,
-    /// speed in knots as Traccar's OsmAnd decoder reads it, timestamp in seconds.
+    /// OsmAnd: `?id=…&timestamp=…&lat=…&lon=…&accuracy=…&speed=…&bearing=…&altitude=…&batt=…`
+    /// as Traccar's `OsmAndProtocolDecoder` reads it: speed in knots, the
+    /// timestamp in milliseconds (it reads a value past 2^31 as ms), battery in %.
     static func osmand(_ q: QueuedPoint, config: SyncConfig) -> UploadRequest {
         var components = URLComponents(string: config.url) ?? URLComponents()
         var items = components.queryItems ?? []
         let p = q.point
         items += [
             URLQueryItem(name: "id", value: q.device.rawValue),
-            URLQueryItem(name: "timestamp", value: String(p.timeMs / 1000)),
+            URLQueryItem(name: "timestamp", value: String(p.timeMs)),
             URLQueryItem(name: "lat", value: String(format: "%.7f", p.latitude)),
             URLQueryItem(name: "lon", value: String(format: "%.7f", p.longitude)),
             URLQueryItem(name: "accuracy", value: String(format: "%.1f", p.accuracyM)),
         ]
         if let speed = p.speedMps { items.append(URLQueryItem(name: "speed", value: String(format: "%.2f", speed * 3600 / 1852))) }
         if let course = p.courseDeg { items.append(URLQueryItem(name: "bearing", value: String(format: "%.1f", course))) }
+        if let altitude = q.altitudeM { items.append(URLQueryItem(name: "altitude", value: String(format: "%.1f", altitude))) }
+        if let battery = q.batteryPct { items.append(URLQueryItem(name: "batt", value: String(format: "%.0f", battery))) }
         components.queryItems = items
         var headers = config.headers
-        headers["Idempotency-Key"] = idempotencyKey([q])
+        headers["Idempotency-Key"] = q.key
         return UploadRequest(method: "POST", url: components.string ?? config.url, headers: headers, body: nil)
-    }
-
-    /// The same for the same points: first and last `device:seq` and the count.
-    public static func idempotencyKey(_ batch: [QueuedPoint]) -> String {
-        guard let first = batch.first, let last = batch.last else { return "empty" }
-        return "\(first.device):\(first.point.seq)-\(last.device):\(last.point.seq)-\(batch.count)"
     }
 }
