@@ -43,6 +43,32 @@ import Testing
         #expect(raw[1].accuracyM == 10)  // no hdop: 10 m
     }
 
+    /// Files as other tools write them (Fixtures/gpx/): extension speed and
+    /// course reach the raw fixes; zone-less times are UTC and said once.
+    @Test func replaysGPXFromOtherTools() async throws {
+        try await broker.waitUntilOnline("gateway")
+        let out = try await MessageCollector(port: broker.port, filters: ["tracker/garmin1/raw", "tracker/local1/raw"])
+        let garmin = try ctl(["replay", Fixtures.url("gpx/garmin-edge-1.1.gpx").path, "--device", "garmin1", "--speed", "0"])
+        #expect(garmin.code == 0 && garmin.output.contains("replayed 6 fixes"), "\(garmin.output)")
+        let zoneless = try ctl(["replay", Fixtures.url("gpx/zoneless-times.gpx").path, "--device", "local1", "--speed", "0"])
+        #expect(zoneless.code == 0, "\(zoneless.output)")
+        #expect(zoneless.output.components(separatedBy: "read as UTC").count == 2, "\(zoneless.output)")  // once
+        try await out.wait(count: 10, topicSuffix: "/raw")
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")
+        let g = raw.filter { $0.device.rawValue == "garmin1" }, l = raw.filter { $0.device.rawValue == "local1" }
+        #expect(g.map(\.speedMps) == [4.2, 4.21, 4.22, 4.4, 4.41, 4.42] && g.allSatisfy { $0.courseDeg == 45 || $0.courseDeg == 46.5 })
+        #expect(l.map(\.timeMs) == [1_714_557_600_000, 1_714_557_601_250, 1_714_557_602_500, 1_714_557_603_000])  // 2024-05-01T10:00:00 as UTC
+    }
+
+    /// A route, or a track without times, is refused before anything is sent.
+    @Test func aGPXThatIsNoRecordingFailsAndSaysWhy() throws {
+        let route = try ctl(["replay", Fixtures.url("gpx/route-only.gpx").path, "--device", "r1", "--speed", "0"])
+        #expect(route.code == 1 && route.output.contains("only a route (<rte>, 4 points)"), "\(route.output)")
+        #expect(!route.output.contains("replayed"))
+        let timeless = try ctl(["replay", Fixtures.url("gpx/timeless-track.gpx").path, "--device", "r1", "--speed", "0"])
+        #expect(timeless.code == 1 && timeless.output.contains("has a <time>"), "\(timeless.output)")
+    }
+
     @Test func rebaseShiftsTheRecordingToNow() async throws {
         try await broker.waitUntilOnline("gateway")
         let out = try await MessageCollector(port: broker.port, filters: ["tracker/rb1/raw"])
