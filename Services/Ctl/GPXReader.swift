@@ -203,3 +203,20 @@ enum XSDDateTime {
         return era * 146_097 + doe - 719_468
     }
 }
+
+extension Recording {
+    /// Where each `<trk>` of a GPX recording starts, with the tag a session of
+    /// its own would carry: the track's `<name>` (its first 200 characters, the
+    /// gateway's limit for a tag), else `gpx track N` (from 1). Segments stay in
+    /// their track's. Empty for JSON Lines. Replay does not yet send a `start`
+    /// at each (docs/contract.md says what it does today).
+    var trackStarts: [(line: Int, tag: String)] {
+        var starts: [(line: Int, tag: String)] = []
+        for (i, line) in lines.enumerated() {
+            guard let track = line.track, i == 0 || lines[i - 1].track != track else { continue }
+            let name = tracks.first { $0.index == track }?.name
+            starts.append((i, name.map { String($0.prefix(200)) } ?? "gpx track \(track + 1)"))
+        }
+        return starts
+    }
+}

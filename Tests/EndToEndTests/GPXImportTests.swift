@@ -110,6 +110,15 @@ import TrackCore
         #expect(throws: Recording.Failure.self) { try Recording.gpx(Data(notXML.utf8)) }
     }
 
+    @Test func eachTrackStartsWhereItsFirstFixIsTaggedByItsName() throws {
+        #expect(try read("gpsbabel-1.0.gpx").trackStarts.map { "\($0.line) \($0.tag)" } == ["0 ACTIVE LOG", "4 ACTIVE LOG #2"])
+        #expect(try read("garmin-edge-1.1.gpx").trackStarts.map(\.line) == [0])  // two segments, one track
+        let unnamed = #"<gpx version="1.1"><trk><trkseg><trkpt lat="1" lon="2"><time>2024-05-01T10:00:00Z</time></trkpt></trkseg></trk>"#
+            + #"<trk><trkseg/></trk><trk><trkseg><trkpt lat="1" lon="2"><time>2024-05-01T10:00:01Z</time></trkpt></trkseg></trk></gpx>"#
+        #expect(try Recording.gpx(Data(unnamed.utf8)).trackStarts.map { "\($0.line) \($0.tag)" } == ["0 gpx track 1", "1 gpx track 3"])
+        #expect(try Recording.load(path: Fixtures.url("city-run.jsonl").path).trackStarts.isEmpty)
+    }
+
     @Test func xsdDateTimes() {
         #expect(XSDDateTime.parse("2024-05-01T10:00:00Z")! == (t0, true))
         #expect(XSDDateTime.parse("2024-05-01T12:30:00+02:30")! == (t0, true))
