@@ -70,11 +70,25 @@ struct Ctl {
 
         let client = try await connection.connect()
         let topic = connection.topics.fixes(device)
+        // A GPX file of several tracks: each track its own session, tagged with its name.
+        let sessionStarts = recording.tracks.count > 1 ? Dictionary(recording.trackStarts.map { ($0.line, $0.tag) }) { a, _ in a } : [:]
+        let responseTopic = "\(connection.topics.prefix)/_ctl/\(client.options.clientID)/reply"
+        if !sessionStarts.isEmpty { try await client.subscribe([responseTopic]) }
         let clock = ContinuousClock()
         let started = clock.now
         let firstT = recording.lines.compactMap(\.t).first
         let failures = FailureCount()
-        for line in recording.lines {
+        for (i, line) in recording.lines.enumerated() {
+            if let tag = sessionStarts[i] {
+                // The fixes before it first, then the new session, then its fixes.
+                await client.drain(timeout: .seconds(60))
+                var request = CommandRequest(id: .string(UUID().uuidString.lowercased()))
+                request.args = .object(["tag": .string(tag)])
+                let reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, "start"), payload: Array(JSONCoding.encode(request))),
+                                                     responseTopic: responseTopic, timeout: .seconds(10))
+                let decoded = try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
+                guard decoded.ok else { fail("trackerctl: the gateway refused a session for track '\(tag)': \(decoded.code ?? "?"): \(decoded.message ?? "no reason")", code: 1) }
+            }
             if speed > 0, let t = line.t, let firstT {
                 let due = started + .milliseconds(Int64((t - firstT) / speed * 1000))
                 if due > clock.now { try await clock.sleep(until: due) }

@@ -60,6 +60,18 @@ import Testing
         #expect(l.map(\.timeMs) == [1_714_557_600_000, 1_714_557_601_250, 1_714_557_602_500, 1_714_557_603_000])  // 2024-05-01T10:00:00 as UTC
     }
 
+    /// A file of several tracks: each track its own session, tagged with its name.
+    @Test func eachGPXTrackIsASessionOfItsOwn() async throws {
+        try await broker.waitUntilOnline("gateway")
+        let run = try ctl(["replay", Fixtures.url("gpx/gpsbabel-1.0.gpx").path, "--device", "babel1", "--speed", "0"])
+        #expect(run.code == 0, "\(run.output)")
+        let client = try await TestClient.connect(port: broker.port)
+        let reply = try await TestClient.command(client, device: "babel1", "getSessions")
+        let tags = reply.result?.arrayValue?.compactMap { $0["tag"]?.stringValue } ?? []
+        #expect(reply.ok && tags.sorted() == ["ACTIVE LOG", "ACTIVE LOG #2"], "\(reply)")
+        await client.disconnect()
+    }
+
     /// A route, or a track without times, is refused before anything is sent.
     @Test func aGPXThatIsNoRecordingFailsAndSaysWhy() throws {
         let route = try ctl(["replay", Fixtures.url("gpx/route-only.gpx").path, "--device", "r1", "--speed", "0"])
