@@ -136,6 +136,44 @@ let now: Int64 = 1_793_500_000_000
         guard case .refused(let p) = parser.parseOwnTracksPayload(Array(payload.utf8), nowMs: now) else { Issue.record(); return }
         #expect(p.message == "tst: required field is missing")
     }
+
+    @Test func aLocationWithoutAccGetsTheDocumentedDefault() {
+        let payload = #"{"_type":"location","tst":1793197938,"lat":48.1,"lon":11.5}"#
+        guard case .fixes(let r) = parser.parseOwnTracksPayload(Array(payload.utf8), nowMs: now),
+              case .success(let f)? = r.first else { Issue.record("refused"); return }
+        #expect(f.accuracyM == FixParser.ownTracksDefaultAccuracyM && FixParser.ownTracksDefaultAccuracyM == 10)
+        // `null` is absent too; a given acc is kept as it is.
+        for (acc, expected) in [("null", 10.0), ("0", 0.0), ("25", 25.0)] {
+            let p = #"{"_type":"location","tst":1793197938,"lat":48.1,"lon":11.5,"acc":\#(acc)}"#
+            guard case .fixes(let r) = parser.parseOwnTracksPayload(Array(p.utf8), nowMs: now),
+                  case .success(let f)? = r.first else { Issue.record("refused \(acc)"); continue }
+            #expect(f.accuracyM == expected, "acc \(acc)")
+        }
+    }
+
+    @Test func numbersSentAsStringsAreReadAsRecorderReadsThem() {
+        let payload = #"{"_type":"location","tst":"1793197938","lat":"48.1","lon":" 11.5","acc":"12","vel":"36","cog":"90","alt":"520","vac":"3","batt":"77"}"#
+        guard case .fixes(let r) = parser.parseOwnTracksPayload(Array(payload.utf8), nowMs: now),
+              case .success(let f)? = r.first else { Issue.record("refused"); return }
+        #expect(f.timeMs == 1_793_197_938_000 && f.latitude == 48.1 && f.longitude == 11.5 && f.accuracyM == 12)
+        #expect(abs((f.speedMps ?? 0) - 10) < 1e-9 && f.courseDeg == 90 && f.altitudeM == 520 && f.verticalAccuracyM == 3 && f.batteryPct == 77)
+    }
+
+    @Test(arguments: [(#""lat":"north""#, "lat: expected a number, got the string 'north'"),
+                      (#""lat":"nan""#, "lat: expected a number, got the string 'nan'"),
+                      (#""lat":"""#, "lat: expected a number, got the string ''"),
+                      (#""lat":true"#, "lat: expected a number"),
+                      (#""lat":"91""#, "lat: 91.0 is outside -90…90")])
+    func aStringThatIsNotANumberIsStillRefused(_ field: String, _ message: String) {
+        let payload = #"{"_type":"location","tst":1793197938,\#(field),"lon":11.5}"#
+        switch parser.parseOwnTracksPayload(Array(payload.utf8), nowMs: now) {
+        case .refused(let p): #expect(p.message == message)
+        case .fixes(let r):
+            guard case .failure(let p)? = r.first else { Issue.record("accepted \(field)"); return }
+            #expect(p.message == message)
+        case .ignored: Issue.record("ignored \(field)")
+        }
+    }
 }
 
 @Suite struct DuplicateKeyTests {

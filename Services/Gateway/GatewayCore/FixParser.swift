@@ -143,20 +143,75 @@ struct OwnTracksEnvelope: Decodable {
 }
 
 /// OwnTracks' location fields: `vel` is km/h, `vac` the vertical accuracy.
+/// `acc` is optional (the apps leave it out when it is 0): a fix without it
+/// gets `FixParser.ownTracksDefaultAccuracyM`. Every number may also come as
+/// a string (`"48.1"`, `"1793197938"`), as OwnTracks Recorder reads them.
 struct OwnTracksLocation: Decodable {
     let tst: Double
     let lat: Double
     let lon: Double
-    let acc: Double
+    let acc: Double?
     let vel: Double?
     let cog: Double?
     let alt: Double?
     let vac: Double?
     let batt: Double?
 
+    enum CodingKeys: String, CodingKey { case tst, lat, lon, acc, vel, cog, alt, vac, batt }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        tst = try c.decodeLenientNumber(forKey: .tst)
+        lat = try c.decodeLenientNumber(forKey: .lat)
+        lon = try c.decodeLenientNumber(forKey: .lon)
+        acc = try c.decodeLenientNumberIfPresent(forKey: .acc)
+        vel = try c.decodeLenientNumberIfPresent(forKey: .vel)
+        cog = try c.decodeLenientNumberIfPresent(forKey: .cog)
+        alt = try c.decodeLenientNumberIfPresent(forKey: .alt)
+        vac = try c.decodeLenientNumberIfPresent(forKey: .vac)
+        batt = try c.decodeLenientNumberIfPresent(forKey: .batt)
+    }
+
     var deviceFix: DeviceFix {
-        DeviceFix(t: tst, lat: lat, lon: lon, acc: acc, speed: vel.map { $0 < 0 ? $0 : $0 / 3.6 },
-                  course: cog, alt: alt, vacc: vac)
+        DeviceFix(t: tst, lat: lat, lon: lon, acc: acc ?? FixParser.ownTracksDefaultAccuracyM,
+                  speed: vel.map { $0 < 0 ? $0 : $0 / 3.6 }, course: cog, alt: alt, vacc: vac)
     }
 }
 
+extension FixParser {
+    /// The accuracy of an OwnTracks location that has no `acc` (the apps leave
+    /// it out when it is 0, which no receiver really measures): 10 m, what
+    /// `trackerctl replay` gives a GPX fix without `<hdop>`.
+    public static let ownTracksDefaultAccuracyM = 10.0
+}
+
+extension KeyedDecodingContainer {
+    /// A JSON number, or a string holding one (`"48.1"`), as OwnTracks Recorder
+    /// takes them; `null` counts as absent. A string that is not a finite
+    /// decimal number is refused, naming the field.
+    func decodeLenientNumberIfPresent(forKey key: Key) throws -> Double? {
+        guard contains(key), try !decodeNil(forKey: key) else { return nil }
+        if let number = try? decode(Double.self, forKey: key) { return number }
+        guard let text = try? decode(String.self, forKey: key) else {
+            throw DecodingError.typeMismatch(Double.self, .init(codingPath: codingPath + [key], debugDescription: "expected a number"))
+        }
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        // Only decimal notation: Double("nan"), "inf" and hex floats are not numbers a phone sends.
+        guard !trimmed.isEmpty, trimmed.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x2D || $0 == 0x2B || $0 == 0x65 || $0 == 0x45 }),
+              let number = Double(trimmed), number.isFinite else {
+            throw DecodingError.dataCorrupted(.init(codingPath: codingPath + [key],
+                                                    debugDescription: "expected a number, got the string '\(text.prefix(40))'"))
+        }
+        return number
+    }
+
+    func decodeLenientNumber(forKey key: Key) throws -> Double {
+        guard let number = try decodeLenientNumberIfPresent(forKey: key) else {
+            if contains(key) {
+                throw DecodingError.valueNotFound(Double.self, .init(codingPath: codingPath + [key], debugDescription: "null"))
+            }
+            throw DecodingError.keyNotFound(key, .init(codingPath: codingPath, debugDescription: "missing"))
+        }
+        return number
+    }
+}
