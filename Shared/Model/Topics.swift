@@ -59,6 +59,14 @@ public struct Topics: Sendable, Equatable {
         return String(levels[1])
     }
 
+    /// The OwnTracks user and device names of a topic of the apps
+    /// (`owntracks/{user}/{device}` and its sub-topics), as they came.
+    public func ownTracksNames(_ topic: String) -> (user: String, device: String)? {
+        let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
+        guard levels.count >= 3, levels[0] == Substring(ownTracksPrefix) else { return nil }
+        return (String(levels[1]), String(levels[2]))
+    }
+
     /// What an incoming topic names, once its device segment is checked.
     public enum Parsed: Equatable, Sendable {
         case fixes(DeviceID)
@@ -92,7 +100,8 @@ public struct Topics: Sendable, Equatable {
         switch count { case 0: levels.0 = last; case 1: levels.1 = last; case 2: levels.2 = last; default: levels.3 = last }
         count += 1
         if count >= 3, levels.0 == ownTracksPrefix {
-            guard let id = DeviceID("\(levels.1).\(levels.2)") else { return .invalidDevice("\(levels.1).\(levels.2)") }
+            // Every user and device name maps to an id (DeviceID.ownTracks); an empty one is refused by the gateway.
+            let id = DeviceID.ownTracks(user: String(levels.1), device: String(levels.2))
             return count == 3 ? .ownTracks(id) : .ownTracksSubtopic(id, String(levels.3))
         }
         guard count >= 3, levels.0 == prefix else { return .other }

@@ -79,7 +79,7 @@ import Testing
         try await broker.waitUntilOnline("gateway")
         let publisher = try await TestClient.connect(port: broker.port)
         try await publish(publisher, "tracker/_reserved/fixes", #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#)
-        try await publish(publisher, "owntracks/bad user/phone", #"{"_type":"location","tst":1793197938,"lat":1,"lon":2,"acc":5}"#)
+        try await publish(publisher, "tracker/bad id/fixes", #"{"t":1793197938,"lat":1,"lon":2,"acc":5}"#)
         try await broker.waitForHealth("gateway", description: "invalidTopic = 2") { $0.counters?["invalidTopic"] == 2 }
     }
 

@@ -19,6 +19,80 @@ import Testing
     }
 }
 
+@Suite struct OwnTracksIDTests {
+    func id(_ user: String, _ device: String) -> String { DeviceID.ownTracks(user: user, device: device).rawValue }
+
+    @Test func namesThatMadeAValidIdKeepIt() {
+        #expect(id("alice", "phone") == "alice.phone")
+        #expect(id("john.doe", "my_phone-2") == "john.doe.my_phone-2")
+        #expect(id(String(repeating: "u", count: 31), String(repeating: "d", count: 32)).count == 64)
+    }
+
+    @Test func everyOtherNameIsEscaped() {
+        #expect(id("jane@example.com", "Jane's iPhone") == "jane_40example_2ecom_2fJane_27s_20iPhone")
+        #expect(id("bad user", "phone") == "bad_20user_2fphone")
+        #expect(id("_x", "phone") == "-_5fx_2fphone")          // never a reserved id
+        #expect(id("-x", "ph one") == "-_2dx_2fph_20one")        // a leading '-' is escaped: the marker stays unambiguous
+        #expect(id("", "phone") == "-_2fphone")
+        #expect(id("jürgen", "a") == "j_c3_bcrgen_2fa")
+        #expect(!id("a b", "c.d").contains("."))                // never a plain id
+    }
+
+    @Test func aLongOneIsCutAndHashed() {
+        let long = id(String(repeating: "ü", count: 40), "phone")
+        #expect(long.utf8.count <= 64 && DeviceID(long) != nil)
+        #expect(long.contains("__") && long.hasPrefix("u_c3_bc") == false && long.hasPrefix("_c3") == false)
+        #expect(long.split(separator: "_", omittingEmptySubsequences: false).last?.count == 16)
+        // Names too long together for a plain id are hashed, not truncated into another's id.
+        let a = id(String(repeating: "a", count: 40), String(repeating: "b", count: 40))
+        let b = id(String(repeating: "a", count: 40), String(repeating: "b", count: 41))
+        #expect(a != b && a.utf8.count == 64 && b.utf8.count == 64)
+        #expect(DeviceID(a)!.ownTracksNames == nil)
+    }
+
+    @Test func itIsStableAndReversible() {
+        let names = [("jane@example.com", "Jane's iPhone"), ("alice", "phone"), ("_x", "y"), ("-", "-"), ("", "x"), ("x", ""),
+                     ("a_2fb", "c"), ("a", "b.c"), ("é", "☃"), ("a/", "b"), ("%", "_20")]
+        var seen: [String: (String, String)] = [:]
+        for (user, device) in names {
+            let made = DeviceID.ownTracks(user: user, device: device)
+            #expect(DeviceID(made.rawValue) == made, "\(made) is not a valid ordinary id")
+            #expect(made == DeviceID.ownTracks(user: user, device: device))
+            if user.contains("/") { continue }  // not a topic level
+            let back = made.ownTracksNames
+            #expect(back?.user == user && back?.device == device, "\(user)/\(device) → \(made) → \(String(describing: back))")
+            #expect(seen[made.rawValue] == nil, "\(user)/\(device) and \(String(describing: seen[made.rawValue])) share \(made)")
+            seen[made.rawValue] = (user, device)
+        }
+        // Ids the mapping never makes read as no names.
+        for raw in ["van1", "a_2fb", "a_zz_2fb", "abc.", "-abc"] { #expect(DeviceID(raw)!.ownTracksNames == nil, "\(raw)") }
+    }
+
+    /// Injective but for the plain ids of earlier versions, kept as they were:
+    /// `a.b`/`c` and `a`/`b.c` were both `a.b.c` and still are (the gateway
+    /// refuses the second one it meets, `conflict`).
+    @Test func noTwoNamePairsShareAnIdButThePlainOnesOfUsersWithADot() {
+        #expect(id("a.b", "c") == id("a", "b.c"))
+        // Every pair over a small alphabet that holds each kind of byte: plain, escaped, the marker, hex digits.
+        let alphabet = ["a", ".", "_", "-", " ", "2", "f"]
+        var words: Set<String> = [""]
+        for _ in 0..<3 { words.formUnion(words.flatMap { w in alphabet.map { w + $0 } }) }
+        var seen: [DeviceID: (String, String)] = [:]
+        var collisions = 0
+        for user in words { for device in words {
+            let made = DeviceID.ownTracks(user: user, device: device)
+            if let (u, d) = seen[made] {
+                let bothPlain = made.rawValue == "\(u).\(d)" && made.rawValue == "\(user).\(device)"
+                #expect(bothPlain && (u.contains(".") || user.contains(".")), "\(user)/\(device) and \(u)/\(d) share \(made)")
+                collisions += 1
+                if collisions > 1_000_000 { return }
+            }
+            seen[made] = (user, device)
+        } }
+        #expect(seen.count > 100_000)
+    }
+}
+
 @Suite struct TopicTests {
     let topics = Topics()
 
@@ -29,6 +103,9 @@ import Testing
         #expect(topics.parse("tracker/_fleet/cmd/syncNow") == .command(.fleet, name: "syncNow"))
         #expect(topics.parse("owntracks/alice/phone") == .ownTracks(DeviceID("alice.phone")!))
         #expect(topics.parse("tracker/bad id/fixes") == .invalidDevice("bad id"))
+        #expect(topics.parse("owntracks/jane@example.com/Jane's iPhone") == .ownTracks(DeviceID("jane_40example_2ecom_2fJane_27s_20iPhone")!))
+        #expect(topics.parse("owntracks/a b/c/event") == .ownTracksSubtopic(DeviceID("a_20b_2fc")!, "event"))
+        #expect(topics.ownTracksNames("owntracks/jane@example.com/Jane's iPhone/event")! == ("jane@example.com", "Jane's iPhone"))
         #expect(topics.parse("tracker/_health/gateway") == .other)
         #expect(topics.parse("elsewhere/p1/fixes") == .other)
         #expect(topics.parse("tracker/p1/cmd/getTrips") == .command(d, name: "getTrips"))

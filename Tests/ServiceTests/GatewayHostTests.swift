@@ -5,6 +5,7 @@ import GatewayCore
 import TrackerLog
 import Model
 @testable import Runtime
+import Store
 import TestSupport
 import Testing
 
@@ -136,5 +137,54 @@ import Testing
         #expect(gateway.commit())
         #expect(counters.snapshot().errors == 2)
         #expect(counters.snapshot().extra["badInput"] == 2)
+    }
+
+    func ownTracksLocation(_ t: Double) -> String { #"{"_type":"location","tst":\#(t),"lat":48.1,"lon":11.5,"acc":5}"# }
+
+    func diagnostics(_ code: String) -> [String] {
+        bus.events().compactMap { if case .diagnostic(code, let m) = $0.body { m } else { nil } }
+    }
+
+    func errors(_ code: String) -> [(DeviceID, String)] {
+        bus.events().compactMap { e in if case .error(code, let m) = e.body { (e.device, m) } else { nil } }
+    }
+
+    @Test func everyNameTheAppsAllowIsADeviceWithItsNamesKept() throws {
+        let gateway = try host()
+        let t = Double(clock.nowMs()) / 1000
+        gateway.receive(MQTTMessage(topic: "owntracks/jane@example.com/Jane's iPhone", string: ownTracksLocation(t)))
+        gateway.receive(MQTTMessage(topic: "owntracks/jane@example.com/Jane's iPhone", string: ownTracksLocation(t + 1)))
+        gateway.receive(MQTTMessage(topic: "owntracks/alice/phone", string: ownTracksLocation(t)))
+        #expect(gateway.commit())
+        let raw = bus.decoded(RawFix.self, topicSuffix: "/raw")
+        #expect(raw.map(\.device.rawValue) == ["jane_40example_2ecom_2fJane_27s_20iPhone", "jane_40example_2ecom_2fJane_27s_20iPhone", "alice.phone"])
+        #expect(raw.map(\.seq) == [1, 2, 1])
+        // Said once per device, with the names as they came.
+        #expect(diagnostics("ownTracksDevice") == [
+            "OwnTracks user 'jane@example.com', device 'Jane's iPhone' is device jane_40example_2ecom_2fJane_27s_20iPhone",
+            "OwnTracks user 'alice', device 'phone' is device alice.phone",
+        ])
+        // And stored with the device: the id of a hashed name gives them back through the gateway's table.
+        let store = try GatewayStore(db: try Database(path: database.path, readOnly: true))
+        let owner = try #require(try store.owner(of: DeviceID("jane_40example_2ecom_2fJane_27s_20iPhone")!))
+        #expect(owner.account == "jane@example.com" && owner.name == "Jane's iPhone")
+    }
+
+    @Test func namesThatShareAPlainIdOrAreEmptyAreRefusedLoudly() throws {
+        let gateway = try host()
+        let t = Double(clock.nowMs()) / 1000
+        gateway.receive(MQTTMessage(topic: "owntracks/a.b/c", string: ownTracksLocation(t)))
+        gateway.receive(MQTTMessage(topic: "owntracks/a/b.c", string: ownTracksLocation(t + 1)))
+        gateway.receive(MQTTMessage(topic: "owntracks//phone", string: ownTracksLocation(t)))
+        gateway.receive(MQTTMessage(topic: "owntracks/u1/", string: ownTracksLocation(t)))
+        #expect(gateway.commit())
+        #expect(bus.decoded(RawFix.self, topicSuffix: "/raw").map(\.timeMs) == [Int64(t * 1000)])
+        let conflicts = errors("conflict")
+        #expect(conflicts.count == 1 && conflicts.first?.0.rawValue == "a.b.c", "\(conflicts)")
+        #expect(conflicts.first?.1.contains("owntracks/a/b.c maps to device a.b.c, which is owntracks/a.b/c's already") == true)
+        let empty = errors("badInput")
+        #expect(empty.map(\.0.rawValue) == ["-_2fphone", "u1_2f"], "\(empty)")
+        #expect(empty.first?.1.contains("has an empty user name") == true && empty.last?.1.contains("has an empty device name") == true)
+        #expect(counters.snapshot().extra["conflict"] == 1)
     }
 }

@@ -51,10 +51,10 @@ enum GatewayService {
                 },
             ]
             if settings.ownTracks {
-                let limit = AccountLimit(store: store, max: settings.maxDevicesPerAccount)
+                let accounts = OwnTracksAccounts(store: store, max: settings.maxDevicesPerAccount)
                 inputs.append(.external("owntracks", filter: \.allOwnTracks) { message, work in
                     // A device the account has not had yet counts against its limit.
-                    if work.row.lastSeq == 0, let account = work.topics.ownTracksUser(message.topic) { try limit.admit(work.device, of: account) }
+                    try accounts.admit(work.device, topic: message.topic, work)
                     try handler.ingest(handler.parser.parseOwnTracksPayload(message.payload, nowMs: work.nowMs), work)
                 })
                 // The apps' other messages are not used yet: said, counted, and never refused
@@ -84,27 +84,62 @@ enum GatewayService {
 
     static func newSessionID() -> String { UUID().uuidString.lowercased() }
 
-    /// At most `max` devices per OwnTracks user: a new one past that is
-    /// refused (`limitReached`, said once per device while this process runs)
-    /// and nothing of it is stored.
-    final class AccountLimit {
+    /// The OwnTracks devices: each id (`DeviceID.ownTracks`) is kept with the
+    /// user and device name it was made from, said once in a `diagnostic`
+    /// `ownTracksDevice` when the device is new. At most `max` devices per
+    /// user: a new one past that is refused (`limitReached`, said once per
+    /// device while this process runs) and nothing of it is stored. Names that
+    /// give an id another pair of names has already (`a.b`/`c` and `a`/`b.c`,
+    /// kept as earlier versions made them) are refused (`conflict`), as is an
+    /// empty name (`badInput`).
+    final class OwnTracksAccounts {
         let store: GatewayStore
         let max: Int
         /// Devices refused already (bounded): counted again, not announced again.
         private var refused: Set<DeviceID> = []
+        /// The names each device was checked against in this process (bounded): one store query per device.
+        private var known: [DeviceID: Names] = [:]
+
+        struct Names: Equatable { var user: String; var device: String }
 
         init(store: GatewayStore, max: Int) { self.store = store; self.max = max }
 
-        func admit(_ device: DeviceID, of account: String) throws {
-            guard try !store.accountHas(account, device) else { return }
-            let count = try store.deviceCount(of: account)
-            guard count < max else {
-                let first = refused.insert(device).inserted
-                if refused.count > 10_000 { refused.removeAll() }
-                throw InputRefusal(.limitReached, "maxDevicesPerAccount: account '\(account.prefix(64))' has \(count) devices already "
-                                   + "(the limit is \(max)); \(device) is not tracked", announce: first)
+        func admit(_ device: DeviceID, topic: String, _ work: Work<GatewayRow>) throws {
+            guard let (user, name) = work.topics.ownTracksNames(topic) else { return }
+            let names = Names(user: user, device: name)
+            if known[device] == names { return }
+            guard !user.isEmpty, !name.isEmpty else {
+                throw InputRefusal(.badInput, "topic: '\(topic.prefix(120))' has an empty \(user.isEmpty ? "user" : "device") name; not tracked",
+                                   announce: first(device))
             }
-            try store.addDevice(device, to: account)
+            if let owner = try store.owner(of: device) {
+                if owner.account == user, owner.name == name { return remember(device, names) }
+                // A row of an earlier version knew only the id (its account guessed before the first dot).
+                if owner.name == nil { try store.claim(device, account: user, name: name); return remember(device, names) }
+                throw InputRefusal(.conflict, "topic: owntracks/\(user.prefix(64))/\(name.prefix(64)) maps to device \(device), which is "
+                                   + "owntracks/\(owner.account.prefix(64))/\((owner.name ?? "").prefix(64))'s already; not tracked", announce: first(device))
+            }
+            let count = try store.deviceCount(of: user)
+            guard count < max else {
+                throw InputRefusal(.limitReached, "maxDevicesPerAccount: account '\(user.prefix(64))' has \(count) devices already "
+                                   + "(the limit is \(max)); \(device) is not tracked", announce: first(device))
+            }
+            try store.claim(device, account: user, name: name)
+            work.emit(.diagnostic(code: "ownTracksDevice", message: "OwnTracks user '\(user.prefix(100))', device '\(name.prefix(100))' is device \(device)"))
+            // Remembered only once the transaction holds: a refusal later in this message undoes the claim.
+            // (The next message of the device finds the row and remembers it then.)
+        }
+
+        private func remember(_ device: DeviceID, _ names: Names) {
+            if known.count > 10_000 { known.removeAll() }
+            known[device] = names
+        }
+
+        /// Whether a refusal of `device` is the first in this process.
+        private func first(_ device: DeviceID) -> Bool {
+            let first = refused.insert(device).inserted
+            if refused.count > 10_000 { refused.removeAll() }
+            return first
         }
     }
 

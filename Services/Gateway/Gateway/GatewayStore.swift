@@ -41,19 +41,31 @@ final class GatewayStore {
             INSERT OR IGNORE INTO account_devices (account, device)
             SELECT substr(device, 1, instr(device, '.') - 1), device FROM host_devices WHERE instr(device, '.') > 1;
             """),
+        // The OwnTracks device name as it came (the account is the user name as it came), so every
+        // id gives its names back; rows of earlier versions have none until their device is next seen.
+        ("5-owntracks-names", """
+            ALTER TABLE account_devices ADD COLUMN name TEXT;
+            CREATE INDEX account_devices_by_device ON account_devices(device);
+            """),
     ]
 
-    func accountHas(_ account: String, _ device: DeviceID) throws -> Bool {
-        try db.first("SELECT 1 FROM account_devices WHERE account = ? AND device = ?", [.text(account), .text(device.rawValue)]) { _ in true } ?? false
+    /// The OwnTracks user and device name a device was made from (`name` nil: a row of an earlier version).
+    func owner(of device: DeviceID) throws -> (account: String, name: String?)? {
+        try db.first("SELECT account, name FROM account_devices WHERE device = ? LIMIT 1", [.text(device.rawValue)]) {
+            ($0.string(0), $0.optionalString(1))
+        }
+    }
+
+    /// `device` is OwnTracks' `{account}/{name}` from now on (a row of an earlier version is replaced).
+    func claim(_ device: DeviceID, account: String, name: String) throws {
+        try db.run("DELETE FROM account_devices WHERE device = ?", .text(device.rawValue))
+        try db.run("INSERT INTO account_devices (account, device, name) VALUES (?, ?, ?)", .text(account), .text(device.rawValue), .text(name))
     }
 
     func deviceCount(of account: String) throws -> Int {
         try db.first("SELECT count(*) FROM account_devices WHERE account = ?", [.text(account)]) { $0.int(0) } ?? 0
     }
 
-    func addDevice(_ device: DeviceID, to account: String) throws {
-        try db.run("INSERT OR IGNORE INTO account_devices (account, device) VALUES (?, ?)", .text(account), .text(device.rawValue))
-    }
 
     init(db: Database) throws {
         self.db = db
