@@ -92,10 +92,13 @@
     if (stats.tickMs.length > 20000) stats.tickMs.splice(0, 10000);
     if (pending.size > 0) {
       const started = performance.now();
+      const arrived = Date.now();
       for (const [id, frame] of pending) {
         const d = device(id);
         d.frame = frame;
+        d.arrivedMs = arrived;
         draw(d, frame);
+        showAge(d, arrived);
       }
       stats.updates += pending.size;
       pending.clear();
@@ -113,14 +116,22 @@
   }
   requestAnimationFrame(applyPending);
 
-  // Ages in the list, once a second.
+  // Ages in the list, once a second: how long since the device's last frame
+  // came. A frame whose fix is more than an hour older than its arrival is a
+  // replayed (or long-delayed) fix: the list says so, with the fix's own time,
+  // instead of an age in thousands of hours.
+  function showAge(d, now) {
+    const seconds = Math.max(0, Math.round((now - d.arrivedMs) / 1000));
+    let text = seconds < 120 ? `${seconds} s` : seconds < 7200 ? `${Math.round(seconds / 60)} min` : `${Math.round(seconds / 3600)} h`;
+    if (d.arrivedMs - d.frame.timeMs > 3600 * 1000) {
+      text += ` · replay of ${new Date(d.frame.timeMs).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+    }
+    d.item.querySelector('.age').textContent = text;
+    d.item.dataset.replay = d.arrivedMs - d.frame.timeMs > 3600 * 1000 ? 'true' : 'false';
+  }
   setInterval(() => {
     const now = Date.now();
-    for (const d of devices.values()) {
-      if (!d.frame) continue;
-      const age = Math.max(0, Math.round((now - d.frame.timeMs) / 1000));
-      d.item.querySelector('.age').textContent = age < 120 ? `${age} s` : age < 7200 ? `${Math.round(age / 60)} min` : `${Math.round(age / 3600)} h`;
-    }
+    for (const d of devices.values()) if (d.frame) showAge(d, now);
   }, 1000);
 
   function noteEvent(event) {
