@@ -210,6 +210,48 @@ extension Event {
     }
 }
 
+extension Event.Body {
+    /// A `regionTransition` event: `{"type":"regionTransition", …, "transition":{region, event, timeMs, …}}`.
+    /// It travels as `.other` so that the switches over the bodies in other
+    /// modules stay exhaustive; `asRegionTransition` reads it back.
+    public static func regionTransition(_ transition: RegionTransition) -> Event.Body {
+        let value = (try? JSONCoding.decoder.decode(JSONValue.self, from: JSONCoding.encode(transition))) ?? .null
+        return .other(type: RegionTransition.eventType, fields: ["transition": value])
+    }
+
+    /// The transition of a `regionTransition` event; nil for any other body.
+    public var asRegionTransition: RegionTransition? {
+        guard case .other(RegionTransition.eventType, let fields) = self, let value = fields["transition"] else { return nil }
+        return try? JSONCoding.decoder.decode(RegionTransition.self, from: JSONCoding.encode(value))
+    }
+}
+
+/// An OwnTracks `transition`: the app entered or left a region it defined
+/// itself (a `waypoint`), which Tracker did not judge; `timeMs` is the
+/// app's `tst`, the place is where the app was when it fired.
+public struct RegionTransition: Codable, Sendable, Equatable {
+    public static let eventType = "regionTransition"
+    public enum Kind: String, Codable, Sendable, CaseIterable { case enter, leave }
+    /// The region's name (the app's `desc`; its `rid` when there is no name).
+    public var region: String
+    public var event: Kind
+    public var timeMs: Int64
+    public var latitude: Double?
+    public var longitude: Double?
+    public var accuracyM: Double?
+    /// The app's region id (`rid`).
+    public var regionID: String?
+    /// What fired it (`t`): `c` a circular region, `b` a beacon, `l` a location update.
+    public var trigger: String?
+
+    public init(region: String, event: Kind, timeMs: Int64, latitude: Double? = nil, longitude: Double? = nil,
+                accuracyM: Double? = nil, regionID: String? = nil, trigger: String? = nil) {
+        self.region = region; self.event = event; self.timeMs = timeMs
+        self.latitude = latitude; self.longitude = longitude; self.accuracyM = accuracyM
+        self.regionID = regionID; self.trigger = trigger
+    }
+}
+
 /// Internal messages a consumer never got and could not get back from the
 /// producer's log: seqs `from…to` of one device's `stream`.
 public struct StreamGap: Sendable, Equatable {

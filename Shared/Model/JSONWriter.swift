@@ -361,6 +361,25 @@ extension Crossing.Kind: JSONWritable {
     public func write(to w: inout JSONWriter) { w.value(rawValue) }
 }
 
+extension RegionTransition.Kind: JSONWritable {
+    public func write(to w: inout JSONWriter) { w.value(rawValue) }
+}
+
+extension RegionTransition: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("accuracyM", accuracyM)
+        w.field("event", event)
+        w.field("latitude", latitude)
+        w.field("longitude", longitude)
+        w.field("region", region)
+        w.field("regionID", regionID)
+        w.field("timeMs", timeMs)
+        w.field("trigger", trigger)
+        w.endObject()
+    }
+}
+
 extension Crossing: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()

@@ -89,7 +89,7 @@ import Testing
         let publisher = try await TestClient.connect(port: broker.port)
         try await publish(publisher, "owntracks/alice/phone",
                           #"{"_type":"location","tst":1793197938,"lat":48.1,"lon":11.5,"acc":12,"vel":18,"cog":270,"batt":50}"#)
-        try await publish(publisher, "owntracks/alice/phone", #"{"_type":"transition","event":"enter"}"#)
+        try await publish(publisher, "owntracks/alice/phone", #"{"_type":"lwt","tst":1793197938}"#)
         try await out.wait(count: 1, topicSuffix: "/raw")
         let raw = out.decoded(RawFix.self, topicSuffix: "/raw")[0]
         #expect(raw.device.rawValue == "alice.phone" && raw.source == .ownTracks)
@@ -97,6 +97,55 @@ import Testing
         try await out.wait(description: "ignored diagnostic") { all in
             all.contains { $0.topic == "tracker/alice.phone/events" && $0.string.contains(#""code":"ignored""#) }
         }
+    }
+
+    /// The apps' variants as paho-mqtt sends them over MQTT 3.1.1 (QoS 1, retained
+    /// locations): a location without `acc`, one with numbers in strings, one
+    /// from an e-mail user's device with a space and an apostrophe, a
+    /// transition, the regions, and the empty payload that clears a retained one.
+    @Test func ownTracksVariantsFromAnMQTT311AppArriveAsTheContractSays() async throws {
+        try await broker.waitUntilOnline("gateway")
+        let out = try await collector()
+        let now = Int(Date().timeIntervalSince1970)
+        let messages: [[Any]] = [
+            ["owntracks/alice/phone", #"{"_type":"location","tid":"ph","lat":48.137,"lon":11.575,"tst":\#(now - 3)}"#, true],
+            ["owntracks/alice/phone", #"{"_type":"location","lat":"48.1","lon":"11.5","acc":"8","vel":"36","tst":"\#(now - 2)"}"#, true],
+            ["owntracks/jane@example.com/Jane's iPhone", #"{"_type":"location","lat":48.2,"lon":11.6,"acc":5,"tst":\#(now - 1)}"#, true],
+            ["owntracks/alice/phone/event", #"{"_type":"transition","event":"enter","desc":"Home","lat":48.137,"lon":11.575,"acc":12,"tst":\#(now),"wtst":\#(now - 3600),"t":"c"}"#, false],
+            ["owntracks/alice/phone/waypoints", #"{"_type":"waypoints","waypoints":[{"_type":"waypoint","desc":"Home","lat":48.137,"lon":11.575,"rad":100,"tst":\#(now - 3600)},{"_type":"waypoint","desc":"Work","lat":48.15,"lon":11.58,"rad":250,"tst":\#(now - 3000)}]}"#, false],
+            ["owntracks/alice/phone", "", true],
+        ]
+        let file = broker.directory.appendingPathComponent("owntracks-variants.json")
+        try JSONSerialization.data(withJSONObject: messages).write(to: file)
+        let app = try ChildProcess(executable: "/usr/bin/python3",
+                                   arguments: [Repository.root.appendingPathComponent("Tests/Clients/owntracks_publish.py").path, "127.0.0.1",
+                                               "\(broker.port)", "alice-app", file.path],
+                                   logFile: broker.directory.appendingPathComponent("owntracks-variants.log").path)
+        #expect(app.wait(timeout: 60) == 0, "\(app.log)")
+        #expect(app.log.contains(#""acknowledged": true"#), "\(app.log)")
+        try await out.wait(count: 3, topicSuffix: "/raw")
+        let jane = "jane_40example_2ecom_2fJane_27s_20iPhone"
+        try await out.wait(description: "the transition, the regions and jane's device") { all in
+            all.contains { $0.string.contains(#""type":"regionTransition""#) } && all.contains { $0.string.contains("ownTracksRegions") }
+                && all.contains { $0.topic == "tracker/\(jane)/events" && $0.string.contains("ownTracksDevice") }
+        }
+        let raw = out.decoded(RawFix.self, topicSuffix: "/raw")
+        #expect(raw.map(\.device.rawValue) == ["alice.phone", "alice.phone", jane])
+        #expect(raw.map(\.timeMs) == [now - 3, now - 2, now - 1].map { Int64($0) * 1000 })
+        #expect(raw[0].accuracyM == 10, "no acc: the documented default")
+        #expect(raw[1].latitude == 48.1 && raw[1].longitude == 11.5 && raw[1].accuracyM == 8 && raw[1].speedMps == 10)
+        #expect(raw[2].latitude == 48.2 && raw[2].source == .ownTracks)
+        let events = out.events()
+        let transition = try #require(events.compactMap { $0.body.asRegionTransition }.first)
+        #expect(transition == RegionTransition(region: "Home", event: .enter, timeMs: Int64(now) * 1000, latitude: 48.137, longitude: 11.575,
+                                               accuracyM: 12, trigger: "c"))
+        let said = events.compactMap { e -> String? in if case .diagnostic(let code, let m) = e.body { "\(e.device) \(code): \(m)" } else { nil } }
+        #expect(said.contains("alice.phone ownTracksRegions: the app's regions (2), not armed as geofences: "
+                              + "'Home' 48.13700,11.57500 r 100 m, 'Work' 48.15000,11.58000 r 250 m"), "\(said)")
+        #expect(said.contains("\(jane) ownTracksDevice: OwnTracks user 'jane@example.com', device 'Jane's iPhone' is device \(jane)"), "\(said)")
+        #expect(!events.contains { if case .error = $0.body { true } else { false } }, "\(events)")
+        // The empty retained payload: counted, nothing said.
+        try await broker.waitForHealth("gateway", description: "emptyIgnored = 1") { $0.counters?["emptyIgnored"] == 1 }
     }
 
     @Test func exactDuplicatesAreDroppedWithADiagnostic() async throws {

@@ -253,10 +253,14 @@ extension HeavySuites {
                                       "\(app.log)")
             #expect(result["acknowledged"] as? Bool == true, "\(result)")
             #expect((result["drops"] as? [String])?.isEmpty == true, "the broker dropped the app: \(result)")
-            // The location was taken; each other kind said once as not used yet; the empty one only counted.
-            try await observer.wait(description: "the location and the ignored kinds") { messages in
-                messages.contains { $0.topic.hasSuffix("/raw") } && messages.filter { $0.string.contains(#""ignored""#) }.count >= 7
+            // The location was taken, the transition an event, the regions said; each other kind said once as
+            // not used (cmd, card, status twice, configuration); the empty one only counted.
+            try await observer.wait(description: "the location, the transition, the regions and the ignored kinds") { messages in
+                messages.contains { $0.topic.hasSuffix("/raw") } && messages.contains { $0.string.contains(#""type":"regionTransition""#) }
+                    && messages.filter { $0.string.contains(#""ownTracksRegions""#) }.count >= 2
+                    && messages.filter { $0.string.contains(#""code":"ignored""#) }.count >= 5
             }
+            #expect(!observer.messages.contains { $0.string.contains(#""type":"error""#) }, "\(observer.messages.map(\.string))")
             let health = try await constellation.waitHealth("gateway", description: "the empty payload counted") { ($0.counters?["emptyIgnored"] ?? 0) >= 1 }
             #expect(health.counters?["emptyIgnored"] == 1)
             await observer.close()

@@ -137,6 +137,26 @@ let now: Int64 = 1_793_500_000_000
         #expect(p.message == "tst: required field is missing")
     }
 
+    @Test func theAppsOtherTypesAreToldByType() {
+        func other(_ json: String) -> OwnTracksOther { parser.parseOwnTracksOther(Array(json.utf8), nowMs: now) }
+        #expect(other(#"{"_type":"transition","event":"leave","rid":"6da9cf","tst":1793197938}"#)
+                == .transition(RegionTransition(region: "6da9cf", event: .leave, timeMs: 1_793_197_938_000, regionID: "6da9cf")))
+        #expect(other(#"{"_type":"transition","event":"enter","tst":1793197938}"#)
+                == .refused(InputProblem("desc: required field is missing (a transition names its region by desc or rid)")))
+        #expect(other(#"{"_type":"transition","event":"enter","desc":"Home"}"#) == .refused(InputProblem("tst: required field is missing")))
+        #expect(other(#"{"_type":"transition","event":"enter","desc":"Home","tst":1793197938000}"#)
+                == .refused(InputProblem("tst: 1793197938000.0 looks like milliseconds; send seconds since 1970")))
+        #expect(other(#"{"_type":"transition","event":"enter","desc":"Home","tst":1793197938,"lat":91,"lon":1}"#)
+                == .refused(InputProblem("lat: 91.0 is outside -90…90")))
+        #expect(other(#"{"_type":"waypoint","desc":"Home","lat":"48.1","lon":11.5,"rad":100,"tst":1}"#)
+                == .regions([OwnTracksRegion(name: "Home", latitude: 48.1, longitude: 11.5, radiusM: 100)]))
+        #expect(other(#"{"_type":"waypoints","waypoints":[]}"#) == .regions([]))
+        #expect(other(#"{"_type":"waypoints","waypoints":[{"lat":1}]}"#) == .refused(InputProblem("waypoints[0].desc: required field is missing")))
+        #expect(other(#"{"_type":"lwt","tst":1}"#) == .lastWill)
+        #expect(other(#"{"_type":"cmd","action":"reportLocation"}"#) == .ignored(type: "cmd"))
+        #expect(other("not json") == .refused(InputProblem("payload is not valid JSON")))
+    }
+
     @Test func aLocationWithoutAccGetsTheDocumentedDefault() {
         let payload = #"{"_type":"location","tst":1793197938,"lat":48.1,"lon":11.5}"#
         guard case .fixes(let r) = parser.parseOwnTracksPayload(Array(payload.utf8), nowMs: now),

@@ -145,11 +145,22 @@ import Testing
             .sessionStarted(Session(id: "s", device: d, tag: "t", startMs: 1)),
             .trackingGap(durationSec: 600, distanceMeters: 300),
             .diagnostic(code: "x", message: "y"),
+            .regionTransition(RegionTransition(region: "Home", event: .leave, timeMs: 9, latitude: 1, longitude: 2, accuracyM: 3, regionID: "r", trigger: "c")),
         ]
         for body in bodies {
             let event = Event(device: d, timeMs: 1, body)
             #expect(try JSONCoding.decoder.decode(Event.self, from: JSONCoding.encode(event)) == event)
         }
+    }
+
+    @Test func aRegionTransitionReadsBackAndIsNothingElse() throws {
+        let transition = RegionTransition(region: "Home", event: .enter, timeMs: 1_793_197_938_000, latitude: 48.1, longitude: 11.5, accuracyM: 12)
+        let event = Event(device: DeviceID("p1")!, timeMs: 1, .regionTransition(transition))
+        #expect(event.type == "regionTransition")
+        let decoded = try JSONCoding.decoder.decode(Event.self, from: JSONCoding.encode(event))
+        #expect(decoded.body.asRegionTransition == transition)
+        #expect(Event.Body.diagnostic(code: "regionTransition", message: "m").asRegionTransition == nil)
+        #expect(Event.Body.other(type: "regionTransition", fields: [:]).asRegionTransition == nil)
     }
 
     @Test func unknownTypesSurviveDecoding() throws {

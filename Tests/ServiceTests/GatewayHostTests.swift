@@ -187,4 +187,45 @@ import Testing
         #expect(empty.first?.1.contains("has an empty user name") == true && empty.last?.1.contains("has an empty device name") == true)
         #expect(counters.snapshot().extra["conflict"] == 1)
     }
+
+    @Test func eachOwnTracksTypeDoesWhatTheContractSays() throws {
+        let gateway = try host()
+        let t = Int64(clock.nowMs() / 1000)
+        let base = "owntracks/jane/phone"
+        for (topic, payload) in [
+            (base + "/event", #"{"_type":"transition","event":"enter","desc":"Home","lat":48.137,"lon":11.575,"acc":12,"tst":\#(t),"wtst":1700000000,"t":"c","rid":"6da9cf"}"#),
+            (base + "/event", #"{"_type":"transition","event":"leave","desc":"Work","tst":"\#(t + 1)"}"#),
+            (base + "/event", #"{"_type":"transition","event":"arrive","desc":"Home","tst":\#(t)}"#),
+            (base + "/waypoint", #"{"_type":"waypoint","desc":"Home","lat":48.137,"lon":11.575,"rad":100,"tst":1700000000}"#),
+            (base + "/waypoints", #"{"_type":"waypoints","waypoints":[{"_type":"waypoint","desc":"Home","lat":48.137,"lon":11.575,"rad":100,"tst":1},{"_type":"waypoint","desc":"Gym","tst":2}]}"#),
+            (base, #"{"_type":"lwt","tst":\#(t)}"#),
+            (base + "/cmd", #"{"_type":"cmd","action":"reportLocation"}"#),
+            (base + "/info", #"{"_type":"card","name":"Jane"}"#),
+            (base + "/waypoint", ""), (base, " "),
+        ] { gateway.receive(MQTTMessage(topic: topic, string: payload)) }
+        #expect(gateway.commit())
+        let transitions = bus.events().compactMap { e in e.body.asRegionTransition.map { (e, $0) } }
+        #expect(transitions.map(\.1) == [
+            RegionTransition(region: "Home", event: .enter, timeMs: t * 1000, latitude: 48.137, longitude: 11.575, accuracyM: 12, regionID: "6da9cf", trigger: "c"),
+            RegionTransition(region: "Work", event: .leave, timeMs: (t + 1) * 1000),
+        ])
+        #expect(transitions.allSatisfy { $0.0.type == "regionTransition" && $0.0.device.rawValue == "jane.phone" && $0.0.timeMs == $0.1.timeMs })
+        // The wire form a consumer reads.
+        let wire = try #require(bus.messages(topicSuffix: "/events").first { $0.string.contains("regionTransition") }?.string)
+        #expect(wire.contains(#""transition":{"accuracyM":12,"event":"enter","latitude":48.137,"longitude":11.575,"region":"Home","regionID":"6da9cf","timeMs":\#(t * 1000),"trigger":"c"}"#), "\(wire)")
+        #expect(errors("badInput").map(\.1) == ["event: 'arrive' is neither enter nor leave"])
+        #expect(diagnostics("ownTracksRegions") == [
+            "the app's regions (1), not armed as geofences: 'Home' 48.13700,11.57500 r 100 m",
+            "the app's regions (2), not armed as geofences: 'Home' 48.13700,11.57500 r 100 m, 'Gym'",
+        ])
+        #expect(diagnostics("ignored") == [
+            "OwnTracks lwt: the broker says the app's connection was lost; not a fix",
+            "OwnTracks _type 'cmd' on 'cmd' is not used; ignored",
+            "OwnTracks _type 'card' on 'info' is not used; ignored",
+        ])
+        // Empty payloads: counted, nothing said.
+        let extra = counters.snapshot().extra
+        #expect(extra["emptyIgnored"] == 2 && extra["regionTransitions"] == 2 && extra["regions"] == 2 && extra["ignored"] == 3, "\(extra)")
+        #expect(bus.messages(topicSuffix: "/raw").isEmpty)
+    }
 }

@@ -34,7 +34,10 @@ import TrackCore
     static var samples: [Sample] {
         let trip = Trip(startMs: 1, startLatitude: 1, startLongitude: 2, startOdometerM: 3, sessionID: "s")
         var samples = [
-            Sample(device), Sample(FixSource.ownTracks), Sample(MotionState.stopPending), Sample(Crossing.Kind.dwell),
+            Sample(device), Sample(FixSource.ownTracks), Sample(MotionState.stopPending), Sample(Crossing.Kind.dwell), Sample(RegionTransition.Kind.leave),
+            Sample(RegionTransition(region: "Home \"sweet\" ☃", event: .enter, timeMs: 1_793_197_938_000, latitude: 48.137, longitude: 11.575,
+                                    accuracyM: 12.5, regionID: "6da9cf", trigger: "c")),
+            Sample(RegionTransition(region: "r", event: .leave, timeMs: 5)),
             Sample(RawFix(device: device, seq: 42, sessionID: "s-1", timeMs: 1_793_197_938_549, receivedMs: 1_795_985_074_064,
                           source: .ownTracks, latitude: 37.331821, longitude: -122.030386, accuracyM: 10.5, speedMps: 1.54,
                           courseDeg: 263.6, altitudeM: -3.25, verticalAccuracyM: 4, mock: true, batteryPct: 77, epoch: "e", prev: 41)),
@@ -78,6 +81,8 @@ import TrackCore
             .activityChange(activity: "walking", confidence: 5), .heartbeat(point: nil),
             .geofenceAdded(Geofence(id: "g", latitude: 1, longitude: 2, radiusM: 3)), .geofenceRemoved(id: "g", fleet: nil),
             .geofence(Crossing(geofenceID: "g", kind: .dwell, timeMs: 1, latitude: 1, longitude: 2)), .tripEnded(trip),
+            .regionTransition(RegionTransition(region: "Home", event: .leave, timeMs: 9, latitude: 1, longitude: 2, accuracyM: 3, regionID: "x", trigger: "c")),
+            .regionTransition(RegionTransition(region: "Home", event: .enter, timeMs: 9)),
             .stopEnded(Stop(arrivalMs: 1, departureMs: 2, latitude: 1, longitude: 2)), .offRoute(point: point, distanceM: 1),
             .onRoute(point: nil, distanceM: 2), .httpResponse(statusCode: 503, count: 2), .httpResponse(statusCode: nil, count: 0),
             .uploaded(count: 3), .retryScheduled(afterSec: 1.5, reason: "r"), .authExpired,

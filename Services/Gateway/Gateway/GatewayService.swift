@@ -52,19 +52,26 @@ enum GatewayService {
             ]
             if settings.ownTracks {
                 let accounts = OwnTracksAccounts(store: store, max: settings.maxDevicesPerAccount)
+                // What each of the apps' types does is in docs/gateway.md ("OwnTracks"). Told by `_type`,
+                // as OwnTracks Recorder tells them, on the device's topic and its sub-topics alike.
                 inputs.append(.external("owntracks", filter: \.allOwnTracks) { message, work in
-                    // A device the account has not had yet counts against its limit.
-                    try accounts.admit(work.device, topic: message.topic, work)
-                    try handler.ingest(handler.parser.parseOwnTracksPayload(message.payload, nowMs: work.nowMs), work)
-                })
-                // The apps' other messages are not used yet: said, counted, and never refused
-                // (the ACL lets the apps write them, so the broker keeps their connection).
-                inputs.append(.external("owntracksSubtopic", filter: \.allOwnTracksSubtopics) { message, work in
-                    let sub = message.topic.split(separator: "/").last.map(String.init) ?? ""
                     // An empty retained payload is how the apps clear a retained message.
                     if message.payload.allSatisfy(FixParser.isWhitespace) { work.count("emptyIgnored"); return }
-                    work.count("ignored")
-                    work.emit(.diagnostic(code: "ignored", message: "OwnTracks '\(sub.prefix(40))' messages are not used yet; ignored"))
+                    // A device the account has not had yet counts against its limit.
+                    try accounts.admit(work.device, topic: message.topic, work)
+                    let parsed = handler.parser.parseOwnTracksPayload(message.payload, nowMs: work.nowMs)
+                    if case .ignored = parsed {
+                        handler.other(handler.parser.parseOwnTracksOther(message.payload, nowMs: work.nowMs), on: nil, work)
+                    } else {
+                        try handler.ingest(parsed, work)
+                    }
+                })
+                // The ACL lets the apps write their sub-topics, so the broker keeps their connection: never refused.
+                inputs.append(.external("owntracksSubtopic", filter: \.allOwnTracksSubtopics) { message, work in
+                    if message.payload.allSatisfy(FixParser.isWhitespace) { work.count("emptyIgnored"); return }
+                    try accounts.admit(work.device, topic: message.topic, work)
+                    let sub = message.topic.split(separator: "/").last.map(String.init) ?? ""
+                    handler.other(handler.parser.parseOwnTracksOther(message.payload, nowMs: work.nowMs), on: sub, work)
                 })
             }
             let idleTimeoutMs = settings.sessionPolicy.idleTimeoutMs
@@ -178,6 +185,31 @@ enum GatewayService {
                 }
             }
             work.processed(Int64(accepted))
+        }
+
+        /// One of the apps' messages other than a location (`sub`: the sub-topic it came on, if any).
+        func other(_ message: OwnTracksOther, on sub: String?, _ work: Work<GatewayRow>) {
+            let place = sub.map { " on '\($0.prefix(40))'" } ?? ""
+            switch message {
+            case .transition(let transition):
+                work.count("regionTransitions")
+                work.emit(.regionTransition(transition), timeMs: transition.timeMs)
+            case .regions(let regions):
+                work.count("regions")
+                let names = regions.isEmpty ? "none" : regions.map(\.summary).joined(separator: ", ")
+                work.emit(.diagnostic(code: "ownTracksRegions",
+                                      message: "the app's regions (\(regions.count)), not armed as geofences: \(names)"))
+            case .lastWill:
+                work.count("ignored")
+                work.emit(.diagnostic(code: "ignored", message: "OwnTracks lwt\(place): the broker says the app's connection was lost; not a fix"))
+            case .ignored(let type):
+                work.count("ignored")
+                work.emit(.diagnostic(code: "ignored", message: "OwnTracks _type '\(type)'\(place) is not used; ignored"))
+            case .refused(let problem):
+                work.count("badInput")
+                work.error()
+                work.emit(.error(code: ErrorCode.badInput.rawValue, message: problem.message))
+            }
         }
 
         private func record(_ change: SessionEffect, _ work: Work<GatewayRow>) throws {

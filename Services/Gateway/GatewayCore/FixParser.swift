@@ -113,6 +113,32 @@ public struct FixParser: Sendable {
         }
     }
 
+    /// One of the apps' messages other than a location, told by its `_type`
+    /// as OwnTracks Recorder tells them (whatever the sub-topic it came on).
+    public func parseOwnTracksOther(_ payload: [UInt8], nowMs: Int64) -> OwnTracksOther {
+        if let problem = validator.checkSize(payload) { return .refused(problem) }
+        if let problem = Self.duplicateKey(payload) { return .refused(problem) }
+        do {
+            let data = Data(payload)
+            let envelope = try JSONCoding.decoder.decode(OwnTracksEnvelope.self, from: data)
+            switch envelope.type {
+            case "transition":
+                switch try JSONCoding.decoder.decode(OwnTracksTransition.self, from: data).judged(validator, nowMs: nowMs) {
+                case .success(let transition): return .transition(transition)
+                case .failure(let problem): return .refused(problem)
+                }
+            case "waypoint":
+                return .regions([try JSONCoding.decoder.decode(OwnTracksWaypoint.self, from: data).region])
+            case "waypoints":
+                return .regions(try JSONCoding.decoder.decode(OwnTracksWaypoints.self, from: data).waypoints.map(\.region))
+            case "lwt": return .lastWill
+            default: return .ignored(type: String(envelope.type.prefix(40)) + (envelope.type.count > 40 ? "…" : ""))
+            }
+        } catch {
+            return .refused(Self.problem(error))
+        }
+    }
+
     /// One rule everywhere: a key given twice is refused, not resolved.
     static func duplicateKey(_ payload: [UInt8]) -> InputProblem? {
         DuplicateKeys.first(in: payload).map { InputProblem("payload: key '\($0)' appears twice in one object") }
@@ -135,6 +161,107 @@ struct Lenient<T: Decodable>: Decodable {
     init(from decoder: any Decoder) throws {
         do { result = .success(try T(from: decoder)) } catch { result = .failure(error) }
     }
+}
+
+/// What one of the apps' messages other than a location says.
+public enum OwnTracksOther: Equatable, Sendable {
+    /// `transition`: the app entered or left one of its regions.
+    case transition(RegionTransition)
+    /// `waypoint` (one region the app defined) or `waypoints` (its list).
+    case regions([OwnTracksRegion])
+    /// `lwt`: the broker's last will for the app (its connection was lost).
+    case lastWill
+    /// Any other `_type` (`cmd`, `card`, `status`, `configuration`, `steps`, …).
+    case ignored(type: String)
+    case refused(InputProblem)
+}
+
+/// A region an OwnTracks app defined (a `waypoint`): a circle, or a beacon when it has no place.
+public struct OwnTracksRegion: Equatable, Sendable {
+    public var name: String
+    public var latitude: Double?
+    public var longitude: Double?
+    public var radiusM: Double?
+    public var regionID: String?
+
+    public init(name: String, latitude: Double? = nil, longitude: Double? = nil, radiusM: Double? = nil, regionID: String? = nil) {
+        self.name = name; self.latitude = latitude; self.longitude = longitude; self.radiusM = radiusM; self.regionID = regionID
+    }
+
+    /// `'Home' 48.13700,11.57500 r 100 m`, as a diagnostic names it.
+    public var summary: String {
+        var text = "'\(name.prefix(60))'"
+        if let latitude, let longitude { text += String(format: " %.5f,%.5f", latitude, longitude) }
+        if let radiusM { text += String(format: " r %.0f m", radiusM) }
+        return text
+    }
+}
+
+struct OwnTracksTransition: Decodable {
+    let tst: Double
+    let event: String
+    let desc: String?
+    let rid: String?
+    let lat: Double?
+    let lon: Double?
+    let acc: Double?
+    let t: String?
+
+    enum CodingKeys: String, CodingKey { case tst, event, desc, rid, lat, lon, acc, t }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        tst = try c.decodeLenientNumber(forKey: .tst)
+        event = try c.decode(String.self, forKey: .event)
+        desc = try c.decodeIfPresent(String.self, forKey: .desc)
+        rid = try c.decodeIfPresent(String.self, forKey: .rid)
+        lat = try c.decodeLenientNumberIfPresent(forKey: .lat)
+        lon = try c.decodeLenientNumberIfPresent(forKey: .lon)
+        acc = try c.decodeLenientNumberIfPresent(forKey: .acc)
+        t = try c.decodeIfPresent(String.self, forKey: .t)
+    }
+
+    /// The transition, judged as a location is for its time and place.
+    func judged(_ validator: FixValidator, nowMs: Int64) -> Result<RegionTransition, InputProblem> {
+        guard let kind = RegionTransition.Kind(rawValue: event) else {
+            return .failure(InputProblem("event: '\(event.prefix(40))' is neither enter nor leave"))
+        }
+        guard let region = desc ?? rid, !region.isEmpty else {
+            return .failure(InputProblem("desc: required field is missing (a transition names its region by desc or rid)"))
+        }
+        guard region.count <= 200 else { return .failure(InputProblem("desc: longer than 200 characters")) }
+        if (lat == nil) != (lon == nil) { return .failure(InputProblem("\(lat == nil ? "lat" : "lon"): required with \(lat == nil ? "lon" : "lat")")) }
+        let fix = DeviceFix(t: tst, lat: lat ?? 0, lon: lon ?? 0, acc: acc ?? FixParser.ownTracksDefaultAccuracyM)
+        return validator.validate(fix, source: .ownTracks, nowMs: nowMs).map { valid in
+            RegionTransition(region: region, event: kind, timeMs: valid.timeMs, latitude: lat, longitude: lon,
+                             accuracyM: acc, regionID: rid, trigger: t)
+        }
+    }
+}
+
+struct OwnTracksWaypoint: Decodable {
+    let desc: String
+    let lat: Double?
+    let lon: Double?
+    let rad: Double?
+    let rid: String?
+
+    enum CodingKeys: String, CodingKey { case desc, lat, lon, rad, rid }
+
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        desc = try c.decode(String.self, forKey: .desc)
+        lat = try c.decodeLenientNumberIfPresent(forKey: .lat)
+        lon = try c.decodeLenientNumberIfPresent(forKey: .lon)
+        rad = try c.decodeLenientNumberIfPresent(forKey: .rad)
+        rid = try c.decodeIfPresent(String.self, forKey: .rid)
+    }
+
+    var region: OwnTracksRegion { OwnTracksRegion(name: desc, latitude: lat, longitude: lon, radiusM: rad, regionID: rid) }
+}
+
+struct OwnTracksWaypoints: Decodable {
+    let waypoints: [OwnTracksWaypoint]
 }
 
 struct OwnTracksEnvelope: Decodable {
