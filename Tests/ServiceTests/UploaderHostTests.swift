@@ -2,6 +2,7 @@ import Bus
 import Foundation
 import TrackerLog
 import Model
+import Store
 @testable import Runtime
 import Synchronization
 import TestSupport
@@ -287,5 +288,27 @@ extension UploaderHostTests {
         #expect(try command(uploader, "syncNow").result?["outcome"]?.stringValue == "empty")
         let capped = bus.messages.first { $0.string.contains("queueCapped") }
         #expect(capped?.string.contains("1 queued point") == true)
+    }
+}
+
+extension UploaderHostTests {
+    /// A queue written by the release before (no batch, no queued time)
+    /// comes through the migration: its points go out, none dropped for age.
+    @Test func aQueueFromTheReleaseBeforeIsForwarded() throws {
+        do {
+            let db = try Database(path: database.path)
+            var before = Migrator()
+            for (name, sql) in HostStore.migrations + UploaderStore.migrations.prefix(1) { before.register(name, sql) }
+            try before.migrate(db)
+            let old = TrackPoint(seq: 1, sessionID: "s", timeMs: 1_500_000_000_000, latitude: 48.1, longitude: 11.5, accuracyM: 5, odometerM: 0)
+            try db.run("INSERT INTO queue (device, epoch, seq, timeMs, body) VALUES (?, ?, ?, ?, ?)",
+                       [.text("van1"), .text("f"), .integer(1), .integer(old.timeMs), .utf8(Array(JSONCoding.encode(old)))])
+        }
+        let uploader = try host()
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"maxDaysToPersist":1}"#)
+        transport.script(Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(1))
+        #expect(transport.sent.last?.headers["Idempotency-Key"]?.hasPrefix("batch-") == true)
     }
 }

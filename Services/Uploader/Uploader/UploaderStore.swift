@@ -30,7 +30,6 @@ final class UploaderStore {
             ALTER TABLE queue ADD COLUMN batteryPct REAL;
             ALTER TABLE queue ADD COLUMN queuedMs INTEGER;
             ALTER TABLE queue ADD COLUMN batch TEXT;
-            UPDATE queue SET queuedMs = CAST(strftime('%s', 'now') AS INTEGER) * 1000;
             CREATE INDEX queue_by_queued ON queue(parked, queuedMs);
             """),
     ]
@@ -100,6 +99,9 @@ final class UploaderStore {
     /// how many points wait afterwards (counted once).
     func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64) throws -> (dropped: Int, waiting: Int) {
         var dropped = 0
+        // Points queued by the release before carry no time: they count as queued now, by this clock
+        // (the migration cannot know the injected one). `parked IN (0, 1)` lets it go by index.
+        try db.run("UPDATE queue SET queuedMs = ? WHERE parked IN (0, 1) AND queuedMs IS NULL", .integer(nowMs))
         for parked in [0, 1] {
             try db.run("DELETE FROM queue WHERE parked = ? AND queuedMs < ?", .integer(Int64(parked)), .integer(nowMs - maxAgeMs))
             dropped += db.changes
