@@ -9,43 +9,15 @@ usage: owntracks_app.py HOST PORT USER PASSWORD DEVICE
 """
 import json
 import sys
-import threading
 import time
 
-import paho.mqtt.client as mqtt
+from owntracks_client import App
 
 host, port, user, password, device = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
-drops = []
-acked = set()
-connected = threading.Event()
-changed = threading.Condition()
-
-
-def on_connect(client, userdata, flags, rc):
-    if rc == 0:
-        connected.set()
-    else:
-        drops.append(f"refused {rc}")
-
-
-def on_disconnect(client, userdata, rc):
-    drops.append(f"disconnected {rc}")
-
-
-def on_publish(client, userdata, mid):
-    with changed:
-        acked.add(mid)
-        changed.notify_all()
-
-
-client = mqtt.Client(client_id=f"{user}-app", clean_session=False, protocol=mqtt.MQTTv311)
-client.username_pw_set(user, password)
-client.will_set(f"owntracks/{user}/{device}", json.dumps({"_type": "lwt", "tst": int(time.time())}), qos=1, retain=False)
-client.on_connect, client.on_disconnect, client.on_publish = on_connect, on_disconnect, on_publish
-client.connect(host, port, keepalive=60)
-client.loop_start()
-if not connected.wait(10):
-    print(json.dumps({"connected": False, "drops": drops}))
+app = App(host, port, f"{user}-app", user, password, clean_session=False,
+          will=(f"owntracks/{user}/{device}", json.dumps({"_type": "lwt", "tst": int(time.time())})))
+if not app.wait_connected(10):
+    print(json.dumps({"connected": False, "drops": app.drops}))
     sys.exit(1)
 
 now = int(time.time())
@@ -61,16 +33,12 @@ messages = [
     (base + "/status", {"_type": "status", "android": {"wifi": 1}}),
     (base + "/dump", {"_type": "configuration"}),
 ]
-mids = [client.publish(topic, json.dumps(body), qos=1, retain=True).mid for topic, body in messages]
-mids.append(client.publish(base + "/waypoint", b"", qos=1, retain=True).mid)  # how the apps clear a retained message
-with changed:
-    changed.wait_for(lambda: set(mids) <= acked, timeout=10)
+mids = [app.publish(topic, json.dumps(body), retain=True) for topic, body in messages]
+mids.append(app.publish(base + "/waypoint", b"", retain=True))  # how the apps clear a retained message
+app.wait_acked(mids, timeout=10)
 # A last round trip after everything: a dropped connection would show by now.
-probe = client.publish(base + "/status", json.dumps({"_type": "status"}), qos=1)
-probe.wait_for_publish(timeout=10)
-with changed:
-    all_acked = set(mids) <= acked and probe.mid in acked
-client.disconnect()
-client.loop_stop()
-print(json.dumps({"connected": True, "acknowledged": all_acked, "published": len(mids) + 1,
-                  "drops": [d for d in drops if d != "disconnected 0"]}))
+probe = app.publish(base + "/status", json.dumps({"_type": "status"}), retain=False)
+all_acked = app.wait_acked(mids + [probe], timeout=10)
+app.close()
+print(json.dumps({"connected": True, "acknowledged": bool(all_acked), "published": len(mids) + 1,
+                  "drops": app.unexpected_drops()}))
