@@ -77,6 +77,11 @@ public protocol JSONWritable {
     func write(to w: inout JSONWriter)
 }
 
+/// A string-backed value writes its raw value: conforming says it all.
+extension JSONWritable where Self: RawRepresentable, RawValue == String {
+    public func write(to w: inout JSONWriter) { w.value(rawValue) }
+}
+
 extension JSONCoding {
     /// Whether the hand-written fast paths (this writer, `FlatJSONObject`)
     /// are used; `TRACKER_JSON=foundation` turns them off, so a benchmark can
@@ -106,13 +111,9 @@ extension DeviceID: JSONWritable {
     public func write(to w: inout JSONWriter) { w.value(rawValue) }
 }
 
-extension FixSource: JSONWritable {
-    public func write(to w: inout JSONWriter) { w.value(rawValue) }
-}
+extension FixSource: JSONWritable {}
 
-extension MotionState: JSONWritable {
-    public func write(to w: inout JSONWriter) { w.value(rawValue) }
-}
+extension MotionState: JSONWritable {}
 
 extension RawFix: JSONWritable {
     public func write(to w: inout JSONWriter) {
@@ -357,13 +358,9 @@ extension Event: JSONWritable {
 
 // The motion service's bodies: keys in sorted order, as JSONEncoder's `.sortedKeys` writes them.
 
-extension Crossing.Kind: JSONWritable {
-    public func write(to w: inout JSONWriter) { w.value(rawValue) }
-}
+extension Crossing.Kind: JSONWritable {}
 
-extension RegionTransition.Kind: JSONWritable {
-    public func write(to w: inout JSONWriter) { w.value(rawValue) }
-}
+extension RegionTransition.Kind: JSONWritable {}
 
 extension RegionTransition: JSONWritable {
     public func write(to w: inout JSONWriter) {

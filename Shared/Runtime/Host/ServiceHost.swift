@@ -39,8 +39,6 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     let counters: HealthCounters
     let clock: any WallClock
     let queries: QueryWorker
-    /// The service's own part, if it has one (the uploader's HTTP loop).
-    let worker: (any LongRunning)?
     /// The connection whose network thread alone may enter the host (none in tests that drive it directly).
     var owner: MQTTClient?
     /// Holds redelivery back after a failed batch: the runner holds the input
@@ -148,7 +146,6 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             throw ConfigError("commands", "\(name) answers \(commands.keys.sorted()) but the catalogue lists \(owned.sorted())")
         }
         let worker = routes.worker?.make(bus, counters)
-        self.worker = worker
         parts = [Lifecycle.Part("queries", queries, blocking: true)]
             + (worker.map { [Lifecycle.Part("\(definition.name) worker", $0, blocking: true)] } ?? [])
     }
