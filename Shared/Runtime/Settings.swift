@@ -37,8 +37,7 @@ public final class SettingsReader {
         if let data = FileManager.default.contents(atPath: path) {
             let parsed: JSONValue
             do { parsed = try JSONCoding.decoder.decode(JSONValue.self, from: data) } catch {
-                // Foundation's message gives the line and column of a syntax error.
-                throw ConfigError(path, "not valid JSON: \(DecodingErrorText.describe(any: error))")
+                throw ConfigError(path, "not valid JSON: \(Self.syntaxProblem(in: data) ?? DecodingErrorText.describe(any: error))")
             }
             guard case .object(let object) = parsed else { throw ConfigError(path, "not a JSON object") }
             values = object
@@ -71,6 +70,24 @@ public final class SettingsReader {
                 values[key] = .string(raw)
             }
         }
+    }
+
+    /// Where a file's JSON breaks, as "line L, column C: …". JSONDecoder
+    /// names no position; JSONSerialization gives a character offset.
+    static func syntaxProblem(in data: Data) -> String? {
+        let message: String
+        do { _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]); return nil } catch {
+            guard let text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String else { return nil }
+            message = text
+        }
+        guard let range = message.range(of: #"character \d+"#, options: .regularExpression),
+              let offset = Int(message[range].dropFirst("character ".count)) else { return message }
+        var line = 1, column = 1
+        for byte in data.prefix(offset) {
+            if byte == UInt8(ascii: "\n") { line += 1; column = 1 } else { column += 1 }
+        }
+        let problem = message[..<range.lowerBound].replacingOccurrences(of: " around ", with: "").trimmingCharacters(in: .whitespaces)
+        return "line \(line), column \(column): \(problem.isEmpty ? "syntax error" : problem)"
     }
 
     /// The first line of a password file.

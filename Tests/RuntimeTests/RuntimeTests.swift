@@ -1,3 +1,4 @@
+import Foundation
 import Bus
 import Model
 @testable import Runtime
@@ -63,6 +64,15 @@ final class OutOfOrderBus: MessageBus, @unchecked Sendable {
         }
         #expect { try reader([:], env: ["TRACKER_MQTT_PORT": "http"]) } throws: {
             ($0 as? ConfigError)?.setting == "TRACKER_MQTT_PORT"
+        }
+    }
+
+    @Test func aConfigFileSyntaxErrorSaysWhere() throws {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("bad-\(UUID().uuidString).json").path
+        try Data("{\n  \"logLevel\": \"info\",\n  \"mqttPort\": 1883,,\n}\n".utf8).write(to: URL(fileURLWithPath: path))
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        #expect { try SettingsReader.load(service: "gateway", arguments: ["--config", path], environment: [:]) } throws: {
+            ($0 as? ConfigError)?.description.contains("line 3, column 20: Invalid value") == true
         }
     }
 
