@@ -40,7 +40,8 @@ public struct CommandError: Error, Sendable, Equatable {
 /// Which service answers which command. The gateway answers `notFound` for a
 /// name in no one's list, so a typo gets a reply instead of a timeout.
 public enum CommandCatalog {
-    public static let gateway = ["start", "stop", "currentSession", "getSessions", "getRawFixes", "exportFixture", "repairRaw"]
+    public static let gateway = ["start", "stop", "currentSession", "getSessions", "getRawFixes", "exportFixture", "repairRaw",
+                                 "reportLocation", "getRegions"]
     public static let filter = ["getDecisions", "getRawPoints", "repairPoints"]
     public static let motion = ["changePace", "addGeofence", "removeGeofence", "removeAllGeofences",
                                 "getGeofences", "getGeofenceEvents", "deleteGeofenceEvents",

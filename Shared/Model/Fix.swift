@@ -104,8 +104,13 @@ public struct PointMessage: Codable, Sendable, Equatable {
     public var measured: MeasuredFix?
     /// The seq of the device's previous point in this epoch (0 before the first).
     public var prev: Int64?
-    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil, measured: MeasuredFix? = nil, prev: Int64? = nil) {
+    /// When the gateway received the fix (absent from filters before it):
+    /// health's lag counts from here, so a replayed recording reads as fresh.
+    public var receivedMs: Int64?
+    public init(device: DeviceID, point: TrackPoint, epoch: String? = nil, measured: MeasuredFix? = nil, prev: Int64? = nil,
+                receivedMs: Int64? = nil) {
         self.device = device; self.point = point; self.epoch = epoch; self.measured = measured; self.prev = prev
+        self.receivedMs = receivedMs
     }
     public var seq: Int64 { point.seq }
 }

@@ -229,7 +229,7 @@ extension PointMessage {
               let longitude = p.double("longitude").required, let accuracyM = p.double("accuracyM").required,
               let speedMps = p.double("speedMps").optional, let courseDeg = p.double("courseDeg").optional,
               let odometerM = p.double("odometerM").required, let m = o.object("measured").optional,
-              let prev = o.int64("prev").optional else { return nil }
+              let prev = o.int64("prev").optional, let receivedMs = o.int64("receivedMs").optional else { return nil }
         var measured: MeasuredFix?
         if let m {
             guard let lat = m.double("latitude").required, let lon = m.double("longitude").required,
@@ -242,6 +242,6 @@ extension PointMessage {
         self.init(device: device, point: TrackPoint(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude,
                                                     longitude: longitude, accuracyM: accuracyM, speedMps: speedMps,
                                                     courseDeg: courseDeg, odometerM: odometerM), epoch: epoch, measured: measured,
-                  prev: prev)
+                  prev: prev, receivedMs: receivedMs)
     }
 }

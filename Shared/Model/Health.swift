@@ -9,7 +9,11 @@ public struct Health: Codable, Sendable, Equatable {
     public var timeMs: Int64
     public var processed: Int64
     public var errors: Int64
+    /// From the gateway's receipt of the newest fix to this service handling it (0 at the gateway, where receipt is).
     public var lagMs: Int64
+    /// How old the newest fix was (its own time to its handling): seconds for
+    /// a live phone, days for a replayed recording.
+    public var fixAgeMs: Int64?
     public var queueDepth: Int64
     /// How often this is republished, so a reader can tell a silent service.
     public var intervalMs: Int64?
@@ -26,12 +30,15 @@ public struct Health: Codable, Sendable, Equatable {
     public init(service: String, status: Status, version: String, startedMs: Int64, timeMs: Int64,
                 processed: Int64 = 0, errors: Int64 = 0, lagMs: Int64 = 0, queueDepth: Int64 = 0,
                 intervalMs: Int64? = nil, instance: String? = nil, counters: [String: Int64]? = nil, note: String? = nil,
-                streams: [String: StreamTips]? = nil) {
+                streams: [String: StreamTips]? = nil, fixAgeMs: Int64? = nil) {
         self.service = service; self.status = status; self.version = version; self.startedMs = startedMs
         self.timeMs = timeMs; self.processed = processed; self.errors = errors; self.lagMs = lagMs
         self.queueDepth = queueDepth; self.intervalMs = intervalMs; self.instance = instance
-        self.counters = counters; self.note = note; self.streams = streams
+        self.counters = counters; self.note = note; self.streams = streams; self.fixAgeMs = fixAgeMs
     }
+
+    /// A fix more than an hour older than its handling: a replayed recording or a phone's backlog, not live.
+    public static let replayAgeMs: Int64 = 3_600_000
 }
 
 /// One stream's newest seqs, for the devices that sent lately.

@@ -168,6 +168,7 @@ extension PointMessage: JSONWritable {
         w.field("measured", measured)
         w.field("point", point)
         w.field("prev", prev)
+        w.field("receivedMs", receivedMs)
         w.endObject()
     }
 }

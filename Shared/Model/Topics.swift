@@ -39,6 +39,17 @@ public struct Topics: Sendable, Equatable {
     public func reply(_ d: DeviceID, _ name: String) -> String { "\(prefix)/\(d)/reply/\(name)" }
     public func health(_ service: String) -> String { "\(prefix)/_health/\(service)" }
 
+    /// The OwnTracks user name under which Tracker publishes what the apps
+    /// show as friends; never a device's (`trackerctl accounts` refuses it).
+    public static let ownTracksFriendsUser = "_tracker"
+    /// A device's latest accepted position as an OwnTracks `location`
+    /// (retained): three levels, so the apps' default `owntracks/+/+` reads it.
+    public func friendLocation(_ d: DeviceID) -> String { "\(ownTracksPrefix)/\(Self.ownTracksFriendsUser)/\(d)" }
+    /// The card (name, tid) the apps show for that position.
+    public func friendCard(_ d: DeviceID) -> String { "\(friendLocation(d))/info" }
+    /// Where an OwnTracks app with remote commands on listens (`reportLocation`).
+    public func ownTracksCommand(user: String, device: String) -> String { "\(ownTracksPrefix)/\(user)/\(device)/cmd" }
+
     // Subscription filters.
     public var allFixes: String { "\(prefix)/+/fixes" }
     public var allRaw: String { "\(prefix)/+/raw" }
@@ -100,6 +111,8 @@ public struct Topics: Sendable, Equatable {
         switch count { case 0: levels.0 = last; case 1: levels.1 = last; case 2: levels.2 = last; default: levels.3 = last }
         count += 1
         if count >= 3, levels.0 == ownTracksPrefix {
+            // Tracker's own friend positions and cards, not an app's.
+            if levels.1 == Self.ownTracksFriendsUser { return .other }
             // Every user and device name maps to an id (DeviceID.ownTracks); an empty one is refused by the gateway.
             let id = DeviceID.ownTracks(user: String(levels.1), device: String(levels.2))
             return count == 3 ? .ownTracks(id) : .ownTracksSubtopic(id, String(levels.3))

@@ -17,6 +17,7 @@ public final class HealthCounters: Sendable {
         var processed: Int64 = 0
         var errors: Int64 = 0
         var lagMs: Int64 = 0
+        var fixAgeMs: Int64?
         var queueDepth: Int64 = 0
         var extra: [String: Int64] = [:]
         var note: String?
@@ -28,6 +29,7 @@ public final class HealthCounters: Sendable {
     public func processed(_ n: Int64 = 1) { state.withLock { $0.processed += n } }
     public func error(_ n: Int64 = 1) { state.withLock { $0.errors += n } }
     public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) } }
+    public func fixAge(_ ms: Int64) { state.withLock { $0.fixAgeMs = max(0, ms) } }
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
     /// Reads the queue depth whenever health is published, instead of a set value.
     public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0.read = source } }
@@ -76,7 +78,7 @@ public struct HealthReporter: Sendable {
                       lagMs: values.lagMs, queueDepth: values.queueDepth,
                       intervalMs: interval.milliseconds,
                       instance: instance, counters: values.extra.isEmpty ? nil : values.extra, note: values.note,
-                      streams: values.streams)
+                      streams: values.streams, fixAgeMs: values.fixAgeMs)
     }
 
     public func message(_ status: Health.Status) -> MQTTMessage {

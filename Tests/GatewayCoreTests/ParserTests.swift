@@ -149,7 +149,7 @@ let now: Int64 = 1_793_500_000_000
         #expect(other(#"{"_type":"transition","event":"enter","desc":"Home","tst":1793197938,"lat":91,"lon":1}"#)
                 == .refused(InputProblem("lat: 91.0 is outside -90…90")))
         #expect(other(#"{"_type":"waypoint","desc":"Home","lat":"48.1","lon":11.5,"rad":100,"tst":1}"#)
-                == .regions([OwnTracksRegion(name: "Home", latitude: 48.1, longitude: 11.5, radiusM: 100)]))
+                == .region(OwnTracksRegion(name: "Home", latitude: 48.1, longitude: 11.5, radiusM: 100, createdS: 1)))
         #expect(other(#"{"_type":"waypoints","waypoints":[]}"#) == .regions([]))
         #expect(other(#"{"_type":"waypoints","waypoints":[{"lat":1}]}"#) == .refused(InputProblem("waypoints[0].desc: required field is missing")))
         #expect(other(#"{"_type":"lwt","tst":1}"#) == .lastWill)

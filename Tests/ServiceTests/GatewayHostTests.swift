@@ -16,8 +16,8 @@ import Testing
     let counters = HealthCounters()
     let database = TemporaryDatabase("gw")
 
-    func host(idleTimeoutSec: Double = 60, topics: Topics = Topics()) throws -> ServiceHost<GatewayRow> {
-        let reader = SettingsReader(values: ["sessionIdleTimeoutSec": .number(idleTimeoutSec)], source: "test")
+    func host(idleTimeoutSec: Double = 60, topics: Topics = Topics(), settings: [String: JSONValue] = [:]) throws -> ServiceHost<GatewayRow> {
+        let reader = SettingsReader(values: settings.merging(["sessionIdleTimeoutSec": .number(idleTimeoutSec)]) { $1 }, source: "test")
         return try .inProcess(GatewayService.definition(try GatewaySettings(reader)), path: database.path, bus: bus, clock: clock,
                               topics: topics, counters: counters)
     }
@@ -215,17 +215,98 @@ import Testing
         #expect(wire.contains(#""transition":{"accuracyM":12,"event":"enter","latitude":48.137,"longitude":11.575,"region":"Home","regionID":"6da9cf","timeMs":\#(t * 1000),"trigger":"c"}"#), "\(wire)")
         #expect(errors("badInput").map(\.1) == ["event: 'arrive' is neither enter nor leave"])
         #expect(diagnostics("ownTracksRegions") == [
-            "the app's regions (1), not armed as geofences: 'Home' 48.13700,11.57500 r 100 m",
-            "the app's regions (2), not armed as geofences: 'Home' 48.13700,11.57500 r 100 m, 'Gym'",
+            "the app's region, stored (not armed as geofences: ownTracksGeofences is off): 'Home' 48.13700,11.57500 r 100 m",
+            "the app's regions (2), stored (not armed as geofences: ownTracksGeofences is off): 'Home' 48.13700,11.57500 r 100 m, 'Gym'",
         ])
         #expect(diagnostics("ignored") == [
             "OwnTracks lwt: the broker says the app's connection was lost; not a fix",
-            "OwnTracks _type 'cmd' on 'cmd' is not used; ignored",
             "OwnTracks _type 'card' on 'info' is not used; ignored",
         ])
-        // Empty payloads: counted, nothing said.
+        // Empty payloads, and commands to the app (its own cmd topic), are counted; nothing is said.
         let extra = counters.snapshot().extra
-        #expect(extra["emptyIgnored"] == 2 && extra["regionTransitions"] == 2 && extra["regions"] == 2 && extra["ignored"] == 3, "\(extra)")
+        #expect(extra["emptyIgnored"] == 2 && extra["regionTransitions"] == 2 && extra["regions"] == 2 && extra["ignored"] == 2
+                && extra["appCommands"] == 1, "\(extra)")
+        #expect(bus.messages.allSatisfy { !$0.topic.contains("/cmd/") }, "regions are not armed with ownTracksGeofences off")
         #expect(bus.messages(topicSuffix: "/raw").isEmpty)
+    }
+
+    func waypoint(_ desc: String, rid: String, lat: Double? = 48.137, rad: Double = 100) -> String {
+        let place = lat.map { #","lat":\#($0),"lon":11.575,"rad":\#(rad)"# } ?? ""
+        return #"{"_type":"waypoint","desc":"\#(desc)","rid":"\#(rid)","tst":1700000000\#(place)}"#
+    }
+
+    /// The geofence commands the gateway sent the motion service: `add ot-…` / `remove ot-…`.
+    func fenceCommands() throws -> [String] {
+        try bus.messages.filter { $0.topic.hasPrefix("tracker/jane.phone/cmd/") }.map { message in
+            let args = try JSONDecoder().decode([String: JSONValue].self, from: Data(message.payload))
+            guard case .string(let id) = args["id"] else { return "?" }
+            return (message.topic.hasSuffix("addGeofence") ? "add " : "remove ") + id
+        }
+    }
+
+    @Test func anAppsRegionsAreKeptAndArmedAsItsGeofencesWhenTheSettingSaysSo() throws {
+        let gateway = try host(settings: ["ownTracksGeofences": .bool(true), "maxRegionsPerDevice": .number(3)])
+        let base = "owntracks/jane/phone"
+        gateway.receive(MQTTMessage(topic: base + "/waypoint", string: waypoint("Home", rid: "h1")))
+        #expect(gateway.commit())
+        #expect(try fenceCommands() == ["add ot-h1"])
+        let add = try #require(bus.messages.first { $0.topic == "tracker/jane.phone/cmd/addGeofence" })
+        let fence = try JSONDecoder().decode(Geofence.self, from: Data(add.payload))
+        #expect(fence == Geofence(id: "ot-h1", latitude: 48.137, longitude: 11.575, radiusM: 100))
+        // A rename keeps the fence (re-arming would restart a visit); a move re-arms it.
+        bus.clear()
+        gateway.receive(MQTTMessage(topic: base + "/waypoint", string: waypoint("Home sweet home", rid: "h1")))
+        gateway.receive(MQTTMessage(topic: base + "/waypoint", string: waypoint("Home sweet home", rid: "h1", rad: 150)))
+        #expect(gateway.commit())
+        #expect(try fenceCommands() == ["add ot-h1"])
+        #expect(diagnostics("ownTracksRegions").first?.hasPrefix("the app's region, stored as geofences (no change)") == true)
+        // The app's whole list replaces what was kept: Home goes, Gym is armed, a beacon region is kept unarmed.
+        bus.clear()
+        gateway.receive(MQTTMessage(topic: base + "/waypoints", string: #"{"_type":"waypoints","waypoints":[\#(waypoint("Gym", rid: "g1")),\#(waypoint("Beacon", rid: "b1", lat: nil))]}"#))
+        #expect(gateway.commit())
+        #expect(try fenceCommands() == ["add ot-g1", "remove ot-h1"])
+        let store = try GatewayStore(db: try Database(path: database.path, readOnly: true))
+        #expect(try GatewayStore.regions(store.db, of: DeviceID("jane.phone")!).map(\.region.name) == ["Beacon", "Gym"])
+        // Past maxRegionsPerDevice: refused whole, loudly, and nothing changes.
+        bus.clear()
+        let four = (1...4).map { waypoint("R\($0)", rid: "r\($0)") }.joined(separator: ",")
+        gateway.receive(MQTTMessage(topic: base + "/waypoints", string: #"{"_type":"waypoints","waypoints":[\#(four)]}"#))
+        #expect(gateway.commit())
+        #expect(errors("limitReached").map(\.1) == ["maxRegionsPerDevice: the app's regions would be 4, the limit is 3; none of this message was kept"])
+        #expect(try fenceCommands().isEmpty)
+        #expect(try GatewayStore.regions(store.db, of: DeviceID("jane.phone")!).map(\.region.name) == ["Beacon", "Gym"])
+    }
+
+    @Test func reportLocationAsksTheAppOnItsOwnCommandTopic() throws {
+        let gateway = try host()
+        let t = Double(clock.nowMs()) / 1000
+        gateway.receive(MQTTMessage(topic: "owntracks/jane@example.com/Jane's iPhone", string: ownTracksLocation(t)))
+        gateway.receive(fix(t))
+        #expect(gateway.commit())
+        bus.clear()
+        let device = "jane_40example_2ecom_2fJane_27s_20iPhone"
+        gateway.receive(MQTTMessage(topic: "tracker/\(device)/cmd/reportLocation", payload: [], responseTopic: "tracker/\(device)/reply/r"))
+        gateway.receive(MQTTMessage(topic: "tracker/van1/cmd/reportLocation", payload: [], responseTopic: "tracker/van1/reply/r"))
+        #expect(gateway.commit())
+        let sent = bus.messages.filter { $0.topic.hasPrefix("owntracks/") }
+        #expect(sent.map(\.topic) == ["owntracks/jane@example.com/Jane's iPhone/cmd"])
+        #expect(sent.first?.string == #"{"_type":"cmd","action":"reportLocation"}"# && sent.first?.retain == false)
+        #expect(try reply(on: "tracker/\(device)/reply/r")?.ok == true)
+        // A device that never spoke OwnTracks has no app to ask.
+        let refused = try #require(try reply(on: "tracker/van1/reply/r"))
+        #expect(refused.ok == false && refused.code == "notFound", "\(refused)")
+        // The command comes back on the gateway's own subscription: counted, not taken for the app's data.
+        gateway.receive(MQTTMessage(topic: sent[0].topic, payload: sent[0].payload))
+        #expect(gateway.commit())
+        #expect(counters.snapshot().extra["appCommands"] == 1 && diagnostics("ignored").isEmpty)
+    }
+
+    @Test func trackersOwnFriendTopicsAreNoDevice() throws {
+        let gateway = try host()
+        let t = Double(clock.nowMs()) / 1000
+        gateway.receive(MQTTMessage(topic: "owntracks/_tracker/jane.phone", string: ownTracksLocation(t)))
+        gateway.receive(MQTTMessage(topic: "owntracks/_tracker/jane.phone/info", string: #"{"_type":"card","name":"x","tid":"JP"}"#))
+        #expect(gateway.commit())
+        #expect(bus.messages.isEmpty)
     }
 }

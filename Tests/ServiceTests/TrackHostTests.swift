@@ -240,4 +240,67 @@ extension TrackHostTests {
         #expect(built.roadSnapped == nil && built.diagnostics?.first?.contains("connection refused") == true, "\(String(describing: built.diagnostics))")
         #expect(built.segments.map(\.kind) == [.moving, .gap, .moving])
     }
+
+    /// A point of `device`, `t` seconds after t0, received by the gateway at `receivedMs`.
+    func point(of device: String, _ seq: Int64, t: Double, receivedMs: Int64?) -> MQTTMessage {
+        let p = TrackPoint(seq: seq, sessionID: "s1", timeMs: t0 + Int64(t * 1000), latitude: 48.1 + t * 1e-5, longitude: 11.5,
+                           accuracyM: 4.6, speedMps: 10, courseDeg: 359.6, odometerM: t * 10)
+        let m = MeasuredFix(latitude: p.latitude, longitude: p.longitude, accuracyM: 4.6, altitudeM: 512.4, batteryPct: 81)
+        return MQTTMessage(topic: "tracker/\(device)/points", payload: Array(JSONCoding.encode(
+            PointMessage(device: DeviceID(device)!, point: p, epoch: "f", measured: m, receivedMs: receivedMs))))
+    }
+
+    @Test func anOwnTracksDevicesNewestPointIsPublishedForItsFriends() throws {
+        let track = try host()
+        for (seq, t) in [(1, 0.0), (2, 1.0)] { track.receive(point(of: "jane.phone", Int64(seq), t: t, receivedMs: nil)) }
+        track.receive(point(of: "van1", 1, t: 0, receivedMs: nil))
+        #expect(track.commit())
+        let friends = bus.messages.filter { $0.topic.hasPrefix("owntracks/") }
+        // The card once, the newest of the batch's positions; none for a device that is no OwnTracks app.
+        #expect(friends.map(\.topic) == ["owntracks/_tracker/jane.phone/info", "owntracks/_tracker/jane.phone"])
+        #expect(friends.allSatisfy { $0.retain })
+        let card = try JSONDecoder().decode([String: String].self, from: Data(friends[0].payload))
+        #expect(card == ["_type": "card", "name": "phone (jane)", "tid": "JP"])
+        var location = try JSONDecoder().decode([String: JSONValue].self, from: Data(friends[1].payload))
+        #expect(abs((location.removeValue(forKey: "lat")?.doubleValue ?? 0) - 48.10001) < 1e-9)
+        #expect(location == ["_type": .string("location"), "lon": .number(11.5), "tst": .number(Double(t0 / 1000 + 1)),
+                             "acc": .number(5), "tid": .string("JP"), "vel": .number(36), "cog": .number(0), "alt": .number(512), "batt": .number(81)],
+                "\(location)")
+        // A late point (a repair) does not move the friend back; the card is not said again.
+        bus.clear()
+        track.receive(point(of: "jane.phone", 3, t: 0.5, receivedMs: nil))
+        track.receive(point(of: "jane.phone", 4, t: 2, receivedMs: nil))
+        #expect(track.commit())
+        #expect(bus.messages.filter { $0.topic.hasPrefix("owntracks/") }.map(\.topic) == ["owntracks/_tracker/jane.phone"])
+    }
+
+    @Test func friendsAreASetting() throws {
+        for (policy, expected) in [("all", ["owntracks/_tracker/van1/info", "owntracks/_tracker/van1"]), ("off", [])] {
+            bus.clear()
+            let db = TemporaryDatabase("track-friends-\(policy)")
+            let track = try ServiceHost.inProcess(TrackService.definition(try TrackSettings(.test(["friends": .string(policy)]))),
+                                                  path: db.path, bus: bus, clock: clock)
+            track.receive(point(of: "van1", 1, t: 0, receivedMs: nil))
+            #expect(track.commit())
+            #expect(bus.messages.filter { $0.topic.hasPrefix("owntracks/") }.map(\.topic) == expected, "\(policy)")
+        }
+        #expect(throws: ConfigError.self) { try TrackSettings(.test(["friends": .string("team")])) }
+    }
+
+    @Test func aReplaysLagCountsFromArrivalAndItsFixAgeSaysReplay() throws {
+        let counters = HealthCounters()
+        let track = try ServiceHost.inProcess(TrackService.definition(try TrackSettings(.test())), path: database.path, bus: bus,
+                                              clock: clock, counters: counters)
+        // t0 lies years before the manual clock's now: a recording replayed; the gateway got it 40 ms ago.
+        let now = clock.nowMs()
+        track.receive(point(of: "van1", 1, t: 0, receivedMs: now - 40))
+        #expect(track.commit())
+        let values = counters.snapshot()
+        #expect(values.lagMs == 40)
+        #expect(values.fixAgeMs == now - t0 && now - t0 > Health.replayAgeMs)
+        // A point from a filter before receivedMs was carried: counted from its own time, as before.
+        track.receive(point(of: "van1", 2, t: 1, receivedMs: nil))
+        #expect(track.commit())
+        #expect(counters.snapshot().lagMs == now - t0 - 1_000)
+    }
 }

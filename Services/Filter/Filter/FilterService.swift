@@ -97,7 +97,7 @@ enum FilterService {
         try record(core.handle(raw, row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
         try noteWaiting(work, before: waiting, core: core, store: store)
         work.processed()
-        work.lag(work.nowMs - raw.receivedMs)
+        work.lag(receivedMs: raw.receivedMs > 0 ? raw.receivedMs : nil, fixMs: raw.timeMs)
     }
 
     /// Logs, publishes and counts what was judged (with look-ahead, a fix
@@ -114,7 +114,8 @@ enum FilterService {
                                 body: Array(JSONCoding.encode(judgement.judged)))
             }
             if let point = judgement.point {
-                try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: fix.reading),
+                try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: fix.reading,
+                                           receivedMs: fix.receivedMs),
                               sessionID: fix.sessionID, timeMs: point.timeMs)
                 work.emit(.location(point), timeMs: point.timeMs)
             } else if judgement.announceRejection {

@@ -13,6 +13,9 @@ struct GatewaySettings {
     var ownTracks: Bool
     /// Devices one OwnTracks user may create (`maxDevicesPerAccount`).
     var maxDevicesPerAccount: Int
+    /// The apps' regions (waypoints) armed as the device's Tracker geofences (`ot-{key}`).
+    var ownTracksGeofences: Bool
+    var maxRegionsPerDevice: Int
 
     init(_ reader: SettingsReader) throws {
         // The ring is also the duplicate check for redelivered fixes: it must hold
@@ -32,6 +35,8 @@ struct GatewaySettings {
             maxPayloadBytes: try reader.int("maxPayloadBytes", default: 256 * 1024, in: 1_024...16 * 1024 * 1024))
         ownTracks = try reader.bool("ownTracks", default: true)
         maxDevicesPerAccount = try reader.int("maxDevicesPerAccount", default: 20, in: 1...1_000_000)
+        ownTracksGeofences = try reader.bool("ownTracksGeofences", default: false)
+        maxRegionsPerDevice = try reader.int("maxRegionsPerDevice", default: 100, in: 1...10_000)
     }
 }
 
@@ -44,7 +49,8 @@ enum GatewayService {
         ServiceDefinition(name: "gateway", migrations: GatewayStore.migrations, rows: .json(fresh: { GatewayRow() })) { db in
             let store = try GatewayStore(db: db)
             let handler = Handler(store: store, parser: FixParser(validator: settings.validator),
-                                  core: GatewayCore(rules: SessionRules(policy: settings.sessionPolicy)), newSessionID: newSessionID)
+                                  core: GatewayCore(rules: SessionRules(policy: settings.sessionPolicy)), newSessionID: newSessionID,
+                                  regions: RegionKeeper(store: store, arm: settings.ownTracksGeofences, max: settings.maxRegionsPerDevice))
             var inputs: [InputRoute<GatewayRow>] = [
                 .external("fixes", filter: \.allFixes) { message, work in
                     try handler.ingest(handler.parser.parseDevicePayload(message.payload, nowMs: work.nowMs), work)
@@ -61,7 +67,7 @@ enum GatewayService {
                     try accounts.admit(work.device, topic: message.topic, work)
                     let parsed = handler.parser.parseOwnTracksPayload(message.payload, nowMs: work.nowMs)
                     if case .ignored = parsed {
-                        handler.other(handler.parser.parseOwnTracksOther(message.payload, nowMs: work.nowMs), on: nil, work)
+                        try handler.other(handler.parser.parseOwnTracksOther(message.payload, nowMs: work.nowMs), on: nil, work)
                     } else {
                         try handler.ingest(parsed, work)
                     }
@@ -69,9 +75,11 @@ enum GatewayService {
                 // The ACL lets the apps write their sub-topics, so the broker keeps their connection: never refused.
                 inputs.append(.external("owntracksSubtopic", filter: \.allOwnTracksSubtopics) { message, work in
                     if message.payload.allSatisfy(FixParser.isWhitespace) { work.count("emptyIgnored"); return }
-                    try accounts.admit(work.device, topic: message.topic, work)
                     let sub = message.topic.split(separator: "/").last.map(String.init) ?? ""
-                    handler.other(handler.parser.parseOwnTracksOther(message.payload, nowMs: work.nowMs), on: sub, work)
+                    // Commands *to* the app (ours, `reportLocation`, or another tool's): not the app's data.
+                    if sub == "cmd" { work.count("appCommands"); return }
+                    try accounts.admit(work.device, topic: message.topic, work)
+                    try handler.other(handler.parser.parseOwnTracksOther(message.payload, nowMs: work.nowMs), on: sub, work)
                 })
             }
             let idleTimeoutMs = settings.sessionPolicy.idleTimeoutMs
@@ -156,6 +164,7 @@ enum GatewayService {
         let parser: FixParser
         let core: GatewayCore
         let newSessionID: () -> String
+        let regions: RegionKeeper
 
         func ingest(_ payload: ParsedPayload, _ work: Work<GatewayRow>) throws {
             let device = work.device
@@ -167,7 +176,7 @@ enum GatewayService {
                 switch effect {
                 case .raw(let raw):
                     try work.send(raw, sessionID: raw.sessionID, timeMs: raw.timeMs)
-                    work.lag(work.nowMs - raw.timeMs)
+                    work.lag(receivedMs: raw.receivedMs, fixMs: raw.timeMs)
                     accepted += 1
                 case .session(let change):
                     try record(change, work)
@@ -188,17 +197,16 @@ enum GatewayService {
         }
 
         /// One of the apps' messages other than a location (`sub`: the sub-topic it came on, if any).
-        func other(_ message: OwnTracksOther, on sub: String?, _ work: Work<GatewayRow>) {
+        func other(_ message: OwnTracksOther, on sub: String?, _ work: Work<GatewayRow>) throws {
             let place = sub.map { " on '\($0.prefix(40))'" } ?? ""
             switch message {
             case .transition(let transition):
                 work.count("regionTransitions")
                 work.emit(.regionTransition(transition), timeMs: transition.timeMs)
-            case .regions(let regions):
-                work.count("regions")
-                let names = regions.isEmpty ? "none" : regions.map(\.summary).joined(separator: ", ")
-                work.emit(.diagnostic(code: "ownTracksRegions",
-                                      message: "the app's regions (\(regions.count)), not armed as geofences: \(names)"))
+            case .region(let region):
+                try regions.keep([region], replacing: false, work)
+            case .regions(let list):
+                try regions.keep(list, replacing: true, work)
             case .lastWill:
                 work.count("ignored")
                 work.emit(.diagnostic(code: "ignored", message: "OwnTracks lwt\(place): the broker says the app's connection was lost; not a fix"))
@@ -280,6 +288,8 @@ enum GatewayService {
                     return closed
                 },
                 CommandRoute("currentSession") { _, work in work.row.sessions.current },
+                CommandRoute("reportLocation") { _, work in try reportLocation(work) },
+                .query("getRegions") { _, query in .value(try GatewayStore.regions(query.db, of: query.device)) },
                 .query("getSessions") { command, query in
                     let args = try command.arguments(RangeArgs.self)
                     return .value(try GatewayStore.sessions(query.db, query.device, fromMs: args.fromMs, toMs: args.toMs))

@@ -47,7 +47,40 @@ final class GatewayStore {
             ALTER TABLE account_devices ADD COLUMN name TEXT;
             CREATE INDEX account_devices_by_device ON account_devices(device);
             """),
+        // The regions each OwnTracks app defined (its waypoints), by the key that survives a rename.
+        ("6-owntracks-regions", """
+            CREATE TABLE owntracks_regions (
+                device TEXT NOT NULL, key TEXT NOT NULL, name TEXT NOT NULL, latitude REAL, longitude REAL, radiusM REAL,
+                regionID TEXT, createdS INTEGER, updatedMs INTEGER NOT NULL, PRIMARY KEY (device, key)
+            ) WITHOUT ROWID;
+            """),
     ]
+
+    // MARK: OwnTracks regions
+
+    /// The regions a device's app defined, by key.
+    static func regions(_ db: Database, of device: DeviceID) throws -> [StoredRegion] {
+        try db.query("""
+            SELECT key, name, latitude, longitude, radiusM, regionID, createdS, updatedMs FROM owntracks_regions
+            WHERE device = ? ORDER BY key
+            """, [.text(device.rawValue)]) { row in
+            StoredRegion(region: OwnTracksRegion(name: row.string(1), latitude: row.optionalDouble(2), longitude: row.optionalDouble(3),
+                                                 radiusM: row.optionalDouble(4), regionID: row.optionalString(5), createdS: row.optionalInt64(6)),
+                         updatedMs: row.int64(7))
+        }
+    }
+
+    func saveRegion(_ region: OwnTracksRegion, of device: DeviceID, atMs: Int64) throws {
+        try db.run("""
+            INSERT OR REPLACE INTO owntracks_regions (device, key, name, latitude, longitude, radiusM, regionID, createdS, updatedMs)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, .text(device.rawValue), .text(region.key), .text(region.name), .double(region.latitude), .double(region.longitude),
+            .double(region.radiusM), .string(region.regionID), .int(region.createdS), .integer(atMs))
+    }
+
+    func removeRegion(_ key: String, of device: DeviceID) throws {
+        try db.run("DELETE FROM owntracks_regions WHERE device = ? AND key = ?", .text(device.rawValue), .text(key))
+    }
 
     /// The OwnTracks user and device name a device was made from (`name` nil: a row of an earlier version).
     func owner(of device: DeviceID) throws -> (account: String, name: String?)? {

@@ -128,7 +128,7 @@ public struct FixParser: Sendable {
                 case .failure(let problem): return .refused(problem)
                 }
             case "waypoint":
-                return .regions([try JSONCoding.decoder.decode(OwnTracksWaypoint.self, from: data).region])
+                return .region(try JSONCoding.decoder.decode(OwnTracksWaypoint.self, from: data).region)
             case "waypoints":
                 return .regions(try JSONCoding.decoder.decode(OwnTracksWaypoints.self, from: data).waypoints.map(\.region))
             case "lwt": return .lastWill
@@ -167,7 +167,9 @@ struct Lenient<T: Decodable>: Decodable {
 public enum OwnTracksOther: Equatable, Sendable {
     /// `transition`: the app entered or left one of its regions.
     case transition(RegionTransition)
-    /// `waypoint` (one region the app defined) or `waypoints` (its list).
+    /// `waypoint`: one region the app defined or changed.
+    case region(OwnTracksRegion)
+    /// `waypoints`: the app's whole list (an export), which replaces what was kept.
     case regions([OwnTracksRegion])
     /// `lwt`: the broker's last will for the app (its connection was lost).
     case lastWill
@@ -183,9 +185,28 @@ public struct OwnTracksRegion: Equatable, Sendable {
     public var longitude: Double?
     public var radiusM: Double?
     public var regionID: String?
+    /// The waypoint's `tst`: when the app created it, which the booklet makes its identity.
+    public var createdS: Int64?
 
-    public init(name: String, latitude: Double? = nil, longitude: Double? = nil, radiusM: Double? = nil, regionID: String? = nil) {
+    public init(name: String, latitude: Double? = nil, longitude: Double? = nil, radiusM: Double? = nil, regionID: String? = nil,
+                createdS: Int64? = nil) {
         self.name = name; self.latitude = latitude; self.longitude = longitude; self.radiusM = radiusM; self.regionID = regionID
+        self.createdS = createdS
+    }
+
+    /// What tells this region from the app's others, kept when it is renamed or
+    /// moved: its `rid` (newer apps), else its `tst`, else its name.
+    public var key: String {
+        if let regionID, !regionID.isEmpty { return String(regionID.prefix(40)) }
+        if let createdS { return String(createdS) }
+        return String(name.prefix(40))
+    }
+
+    /// A circle the motion service can arm (a beacon region has no place).
+    public var circle: (latitude: Double, longitude: Double, radiusM: Double)? {
+        guard let latitude, let longitude, let radiusM, radiusM > 0,
+              (-90...90).contains(latitude), (-180...180).contains(longitude) else { return nil }
+        return (latitude, longitude, radiusM)
     }
 
     /// `'Home' 48.13700,11.57500 r 100 m`, as a diagnostic names it.
@@ -245,8 +266,9 @@ struct OwnTracksWaypoint: Decodable {
     let lon: Double?
     let rad: Double?
     let rid: String?
+    let tst: Double?
 
-    enum CodingKeys: String, CodingKey { case desc, lat, lon, rad, rid }
+    enum CodingKeys: String, CodingKey { case desc, lat, lon, rad, rid, tst }
 
     init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
@@ -255,9 +277,13 @@ struct OwnTracksWaypoint: Decodable {
         lon = try c.decodeLenientNumberIfPresent(forKey: .lon)
         rad = try c.decodeLenientNumberIfPresent(forKey: .rad)
         rid = try c.decodeIfPresent(String.self, forKey: .rid)
+        tst = try c.decodeLenientNumberIfPresent(forKey: .tst)
     }
 
-    var region: OwnTracksRegion { OwnTracksRegion(name: desc, latitude: lat, longitude: lon, radiusM: rad, regionID: rid) }
+    var region: OwnTracksRegion {
+        OwnTracksRegion(name: desc, latitude: lat, longitude: lon, radiusM: rad, regionID: rid,
+                        createdS: tst.flatMap { $0.isFinite && abs($0) < 1e12 ? Int64($0) : nil })
+    }
 }
 
 struct OwnTracksWaypoints: Decodable {

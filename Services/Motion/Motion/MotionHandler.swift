@@ -52,7 +52,7 @@ final class MotionHandler {
 
     // MARK: Inputs
 
-    func point(_ point: TrackPoint, _ work: Work<MotionDeviceRow>) throws {
+    func point(_ point: TrackPoint, receivedMs: Int64?, _ work: Work<MotionDeviceRow>) throws {
         var row = work.row
         if let session = point.sessionID, session != row.closedSession { row.openSession = session }
         let previous = row.motion.lastPoint
@@ -75,7 +75,7 @@ final class MotionHandler {
         // History is kept for `historyRetentionDays` in the points' own time (a replay is not purged on arrival).
         if point.seq % 512 == 0 { try store.trimHistory(work.device, before: point.timeMs - settings.historyRetentionMs) }
         work.processed()
-        work.lag(work.nowMs - point.timeMs)
+        work.lag(receivedMs: receivedMs, fixMs: point.timeMs)
     }
 
     func activity(_ payload: [UInt8], _ work: Work<MotionDeviceRow>) throws {

@@ -50,7 +50,7 @@ enum MotionService {
             let handler = MotionHandler(store: store, settings: settings)
             var inputs: [InputRoute<MotionDeviceRow>] = [
                 .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
-                    try handler.point(message.point, work)
+                    try handler.point(message.point, receivedMs: message.receivedMs, work)
                 },
                 // Only the gateway's session events matter here; the rest are acknowledged unread.
                 .external("events", filter: \.allEvents, when: SessionEvents.mentioned) { message, work in

@@ -14,6 +14,7 @@ struct TrackSettings {
     /// An OSRM server of the operator's for snapping built tracks to roads (off by default).
     var roadSnap: RoadSnapper?
     var roadSnapTimeoutMs: Int
+    var friends: FriendsPolicy
 
     init(_ reader: SettingsReader) throws {
         if let url = try reader.optionalString("roadSnapUrl") {
@@ -29,6 +30,8 @@ struct TrackSettings {
         maxPointsPerDevice = try reader.int("maxPointsPerDevice", default: 2_000_000, in: 1_000...100_000_000)
         gapAfterMs = Int64(try reader.double("trackingGapAfterSec", default: 600, in: 1...86_400) * 1000)
         gapMinDistanceM = try reader.double("trackingGapMinDistanceM", default: 250, in: 0...1_000_000)
+        friends = FriendsPolicy(rawValue: try reader.choice("friends", default: FriendsPolicy.ownTracks.rawValue,
+                                                            among: FriendsPolicy.allCases.map(\.rawValue)))!
     }
 }
 
@@ -95,11 +98,14 @@ enum TrackService {
     static func definition(_ settings: TrackSettings) -> ServiceDefinition<TrackRow> {
         ServiceDefinition(name: "track", migrations: TrackStore.migrations, rows: .written(fresh: { TrackRow() })) { db in
             let store = try TrackStore(db: db)
+            let friends = Friends(policy: settings.friends)
             return Routes(
                 inputs: [
                     .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
                         try keep(message, work, store: store, settings: settings)
                         live(work)
+                        // The newest point only: a late one (a repair) does not move a friend back.
+                        if work.row.last == message.point { friends.publish(message.point, measured: message.measured, work) }
                     },
                     .sequenced("motion", decode: { try JSONCoding.decoder.decode(MotionMessage.self, from: Data($0)) }) { message, work in
                         work.row.motion = message.state
@@ -185,7 +191,7 @@ enum TrackService {
             if point.seq % 256 == 0 { try store.trim(work.device, before: point.timeMs - Int64(settings.maxDaysToPersist * 86_400_000)) }
         }
         work.processed()
-        work.lag(work.nowMs - point.timeMs)
+        work.lag(receivedMs: message.receivedMs, fixMs: point.timeMs)
     }
 }
 

@@ -365,6 +365,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if effects.processed > 0 { counters.processed(effects.processed) }
         if effects.errors > 0 { counters.error(effects.errors) }
         if let lag = effects.lagMs { counters.lag(lag) }
+        if let age = effects.fixAgeMs { counters.fixAge(age) }
         // The last conflated message per topic wins.
         var latest: [String: Int] = [:]
         for (i, effect) in effects.items.enumerated() { if case .conflated(let topic, _) = effect { latest[topic] = i } }

@@ -69,15 +69,17 @@ final class BatchEffects {
     var processed: Int64 = 0
     var errors: Int64 = 0
     var lagMs: Int64?
+    var fixAgeMs: Int64?
 
     struct Mark {
         let count: Int
         let processed: Int64
         let errors: Int64
         let lagMs: Int64?
+        let fixAgeMs: Int64?
     }
 
-    var mark: Mark { Mark(count: items.count, processed: processed, errors: errors, lagMs: lagMs) }
+    var mark: Mark { Mark(count: items.count, processed: processed, errors: errors, lagMs: lagMs, fixAgeMs: fixAgeMs) }
 
     /// Forgets what was asked for since `mark` (a unit of work that failed).
     func rewind(to mark: Mark) {
@@ -85,6 +87,7 @@ final class BatchEffects {
         processed = mark.processed
         errors = mark.errors
         lagMs = mark.lagMs
+        fixAgeMs = mark.fixAgeMs
     }
 
     func reset() {
@@ -92,6 +95,7 @@ final class BatchEffects {
         processed = 0
         errors = 0
         lagMs = nil
+        fixAgeMs = nil
     }
 }
 
@@ -201,8 +205,12 @@ public final class Work<Row> {
     public func processed(_ n: Int64 = 1) { effects.processed += n }
     /// An input refused for what it says (health's `errors`).
     public func error() { effects.errors += 1 }
-    /// Health's `lagMs`: the newest unit's figure wins.
-    public func lag(_ ms: Int64) { effects.lagMs = ms }
+    /// Health's `lagMs` and `fixAgeMs` for a fix the gateway received at
+    /// `receivedMs` (nil: not known, counted from the fix's time): the newest unit's figures win.
+    public func lag(receivedMs: Int64?, fixMs: Int64) {
+        effects.lagMs = nowMs - (receivedMs ?? fixMs)
+        effects.fixAgeMs = nowMs - fixMs
+    }
 
     /// How far ahead of the last applied seq a producer may jump (a billion:
     /// decades of fixes at 1 Hz; anything beyond is a forgery or a bug).
