@@ -140,7 +140,7 @@ import Testing
         #expect(transition == RegionTransition(region: "Home", event: .enter, timeMs: Int64(now) * 1000, latitude: 48.137, longitude: 11.575,
                                                accuracyM: 12, trigger: "c"))
         let said = events.compactMap { e -> String? in if case .diagnostic(let code, let m) = e.body { "\(e.device) \(code): \(m)" } else { nil } }
-        #expect(said.contains("alice.phone ownTracksRegions: the app's regions (2), not armed as geofences: "
+        #expect(said.contains("alice.phone ownTracksRegions: the app's regions (2), stored (not armed as geofences: ownTracksGeofences is off): "
                               + "'Home' 48.13700,11.57500 r 100 m, 'Work' 48.15000,11.58000 r 250 m"), "\(said)")
         #expect(said.contains("\(jane) ownTracksDevice: OwnTracks user 'jane@example.com', device 'Jane's iPhone' is device \(jane)"), "\(said)")
         #expect(!events.contains { if case .error = $0.body { true } else { false } }, "\(events)")

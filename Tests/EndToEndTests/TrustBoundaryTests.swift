@@ -254,15 +254,17 @@ extension HeavySuites {
             #expect(result["acknowledged"] as? Bool == true, "\(result)")
             #expect((result["drops"] as? [String])?.isEmpty == true, "the broker dropped the app: \(result)")
             // The location was taken, the transition an event, the regions said; each other kind said once as
-            // not used (cmd, card, status twice, configuration); the empty one only counted.
+            // not used (card, status twice, configuration); the command to the app and the empty one only counted.
             try await observer.wait(description: "the location, the transition, the regions and the ignored kinds") { messages in
                 messages.contains { $0.topic.hasSuffix("/raw") } && messages.contains { $0.string.contains(#""type":"regionTransition""#) }
                     && messages.filter { $0.string.contains(#""ownTracksRegions""#) }.count >= 2
-                    && messages.filter { $0.string.contains(#""code":"ignored""#) }.count >= 5
+                    && messages.filter { $0.string.contains(#""code":"ignored""#) }.count >= 4
             }
             #expect(!observer.messages.contains { $0.string.contains(#""type":"error""#) }, "\(observer.messages.map(\.string))")
             let health = try await constellation.waitHealth("gateway", description: "the empty payload counted") { ($0.counters?["emptyIgnored"] ?? 0) >= 1 }
             #expect(health.counters?["emptyIgnored"] == 1)
+            let commands = try await constellation.waitHealth("gateway", description: "the command to the app counted") { ($0.counters?["appCommands"] ?? 0) >= 1 }
+            #expect(commands.counters?["appCommands"] == 1)
             await observer.close()
         }
     }

@@ -238,8 +238,8 @@ import Testing
     /// The geofence commands the gateway sent the motion service: `add ot-…` / `remove ot-…`.
     func fenceCommands() throws -> [String] {
         try bus.messages.filter { $0.topic.hasPrefix("tracker/jane.phone/cmd/") }.map { message in
-            let args = try JSONDecoder().decode([String: JSONValue].self, from: Data(message.payload))
-            guard case .string(let id) = args["id"] else { return "?" }
+            let request = try JSONDecoder().decode(CommandRequest.self, from: Data(message.payload))
+            guard case .string(let id) = request.args?["id"], request.id == .string("ownTracks:\(id)") else { return "?" }
             return (message.topic.hasSuffix("addGeofence") ? "add " : "remove ") + id
         }
     }
@@ -251,7 +251,8 @@ import Testing
         #expect(gateway.commit())
         #expect(try fenceCommands() == ["add ot-h1"])
         let add = try #require(bus.messages.first { $0.topic == "tracker/jane.phone/cmd/addGeofence" })
-        let fence = try JSONDecoder().decode(Geofence.self, from: Data(add.payload))
+        let request = try JSONDecoder().decode(CommandRequest.self, from: Data(add.payload))
+        let fence = try JSONDecoder().decode(Geofence.self, from: JSONCoding.encode(try #require(request.args)))
         #expect(fence == Geofence(id: "ot-h1", latitude: 48.137, longitude: 11.575, radiusM: 100))
         // A rename keeps the fence (re-arming would restart a visit); a move re-arms it.
         bus.clear()

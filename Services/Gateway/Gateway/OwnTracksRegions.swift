@@ -54,17 +54,24 @@ struct RegionKeeper {
         for region in plan.arm {
             guard let circle = region.circle else { continue }
             let fence = Geofence(id: RegionPlan.fenceID(region.key), latitude: circle.latitude, longitude: circle.longitude, radiusM: circle.radiusM)
-            work.publish(MQTTMessage(topic: work.topics.command(device, "addGeofence"), payload: Array(JSONCoding.encode(fence))))
+            work.publish(Self.command("addGeofence", id: fence.id, args: fence, work))
         }
-        for id in plan.disarm {
-            work.publish(MQTTMessage(topic: work.topics.command(device, "removeGeofence"), payload: Array(JSONCoding.encode(["id": id]))))
-        }
+        for id in plan.disarm { work.publish(Self.command("removeGeofence", id: id, args: ["id": id], work)) }
         let armed = plan.arm.map { RegionPlan.fenceID($0.key) }
         var changes: [String] = []
         if !armed.isEmpty { changes.append("armed " + armed.joined(separator: ", ")) }
         if !plan.disarm.isEmpty { changes.append("disarmed " + plan.disarm.joined(separator: ", ")) }
         work.emit(.diagnostic(code: "ownTracksRegions",
                               message: "\(what), stored as geofences (\(changes.isEmpty ? "no change" : changes.joined(separator: "; "))): \(names)"))
+    }
+}
+
+extension RegionKeeper {
+    /// A command to the motion service as any client sends one (`{id, args}`), named after the region it is for.
+    private struct Request<Args: Encodable>: Encodable { var id: String; var args: Args }
+
+    static func command<Args: Encodable>(_ name: String, id: String, args: Args, _ work: Work<GatewayRow>) -> MQTTMessage {
+        MQTTMessage(topic: work.topics.command(work.device, name), payload: Array(JSONCoding.encode(Request(id: "ownTracks:\(id)", args: args))))
     }
 }
 
