@@ -19,11 +19,15 @@ struct Ctl {
                                                            draw a built track (PNG beside it with rsvg-convert)
           view DEVICE --session ID --out FILE.html [--tiles URL]
                                                            the map's view of a day as one file that opens offline
+          accounts [--dir DIR] add|remove|list …           the broker's password files and ACL (no broker needed;
+                                                           trackerctl accounts help)
         common: --host H --port P --prefix P (or TRACKER_MQTT_HOST, TRACKER_MQTT_PORT, TRACKER_TOPIC_PREFIX);
                 logins: TRACKER_MQTT_USERNAME, TRACKER_MQTT_PASSWORD or TRACKER_MQTT_PASSWORD_FILE
         """
 
     static func main() async {
+        // Files only: no connection options, no broker.
+        if CommandLine.arguments.dropFirst().first == "accounts" { AccountsCommand.main(Array(CommandLine.arguments.dropFirst(2))) }
         var args = Arguments(Array(CommandLine.arguments.dropFirst()))
         do {
             // Connection options first, so `--port 1884 health` works too.

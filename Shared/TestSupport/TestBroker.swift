@@ -25,9 +25,18 @@ public final class TestBroker: @unchecked Sendable {
         public var aclFile: String
         /// The accounts that may log in on the operators' listener (by default those named `trackerctl…`).
         public var operators: Set<String>
+        /// Where `passwords` and `operators` are when they are made already (by
+        /// `trackerctl accounts`); nil: the broker makes them from `passwords`.
+        public var passwordDirectory: URL?
         public init(_ passwords: [String: String], aclFile: String, operators: Set<String>? = nil) {
             self.passwords = passwords; self.aclFile = aclFile
             self.operators = operators ?? Set(passwords.keys.filter { $0.hasPrefix("trackerctl") })
+        }
+
+        /// The files of an accounts directory as they are: `passwords`, `operators` and `acl`.
+        public init(directory: URL) {
+            self.init([:], aclFile: directory.appendingPathComponent("acl").path, operators: [])
+            passwordDirectory = directory
         }
     }
 
@@ -55,7 +64,7 @@ public final class TestBroker: @unchecked Sendable {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         var lastError: (any Error)?
-        if let accounts { try Self.writePasswords(accounts, in: directory) }
+        if let accounts, accounts.passwordDirectory == nil { try Self.writePasswords(accounts, in: directory) }
         for _ in 0..<5 {
             let port = try freePort()
             let config = directory.appendingPathComponent("mosquitto.conf")
@@ -78,8 +87,8 @@ public final class TestBroker: @unchecked Sendable {
                                    ("listener 1885 127.0.0.1", "listener \(operatorPort!) 127.0.0.1"),
                                    ("listener 1886 127.0.0.1", "listener \(webPort!) 127.0.0.1"),
                                    ("http_dir /usr/share/tracker/web", "http_dir \(webDirectory ?? Repository.root.appendingPathComponent("web").path)"),
-                                   ("password_file /etc/tracker/passwords", "password_file \(directory.path)/passwords"),
-                                   ("password_file /etc/tracker/operators", "password_file \(directory.path)/operators"),
+                                   ("password_file /etc/tracker/passwords", "password_file \((accounts.passwordDirectory ?? directory).path)/passwords"),
+                                   ("password_file /etc/tracker/operators", "password_file \((accounts.passwordDirectory ?? directory).path)/operators"),
                                    ("acl_file /etc/tracker/acl", "acl_file \(accounts.aclFile)"),
                                    ("persistence true", "persistence \(persistent)")] {
                     guard product.contains(from) else { throw TestSupportError("config/mosquitto-logins.conf has no '\(from)' any more") }
@@ -130,6 +139,12 @@ public final class TestBroker: @unchecked Sendable {
     /// either way) and starts it again on the same port.
     /// What the broker logged (errors and warnings).
     public var log: String { process.log }
+
+    /// SIGHUP: mosquitto rereads its password files and ACL, and applies
+    /// them to the connections it has (a login gone is disconnected).
+    public func reload() {
+        process.kill(SIGHUP)
+    }
 
     public func restart(graceful: Bool = false) throws {
         stop(graceful: graceful)
