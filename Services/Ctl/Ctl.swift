@@ -245,7 +245,8 @@ struct Ctl {
             return
         }
         if rows.isEmpty { print("no service has published health under \(connection.topics.prefix)/_health/"); exit(1) }
-        print("SERVICE    STATUS   INSTANCE                 VERSION  PROCESSED  ERRORS  LAG_MS    QUEUE  AGE_S  NOTE")
+        // LAG_MS counts from the gateway's receipt of the newest fix; FIX_AGE from the fix's own time (a replay's is old).
+        print("SERVICE    STATUS   INSTANCE                 VERSION  PROCESSED  ERRORS  LAG_MS    QUEUE  AGE_S  FIX_AGE         NOTE")
         for h in rows {
             let age = Double(now - h.timeMs) / 1000
             let interval = Double(h.intervalMs ?? 5_000) / 1000
@@ -253,8 +254,17 @@ struct Ctl {
             let note = stale ? "STALE: not heard from for \(Int(age)) s (interval \(interval) s)" : (h.note ?? "")
             func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s + " " : s + String(repeating: " ", count: n - s.count) }
             print(pad(h.service, 11) + pad(h.status.rawValue, 9) + pad(h.instance ?? "-", 25) + pad(h.version, 9)
-                  + String(format: "%9lld %7lld %7lld %8lld %6.1f  ", h.processed, h.errors, h.lagMs, h.queueDepth, age) + note)
+                  + String(format: "%9lld %7lld %7lld %8lld %6.1f  ", h.processed, h.errors, h.lagMs, h.queueDepth, age)
+                  + pad(h.fixAgeMs.map(Self.fixAge) ?? "-", 15) + note)
         }
+    }
+
+    /// `2.1 s`, `14 min`, `3.2 h`; past an hour, `replay, 412 d`: a recording's fixes, not a live phone's.
+    static func fixAge(_ ms: Int64) -> String {
+        let s = Double(ms) / 1000
+        let text = s < 120 ? String(format: "%.1f s", s) : s < 7_200 ? String(format: "%.0f min", s / 60)
+            : s < 172_800 ? String(format: "%.1f h", s / 3_600) : String(format: "%.0f d", s / 86_400)
+        return ms >= Health.replayAgeMs ? "replay, " + text : text
     }
 }
 

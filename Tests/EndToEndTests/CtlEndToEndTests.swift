@@ -43,6 +43,26 @@ import Testing
         #expect(raw[1].accuracyM == 10)  // no hdop: 10 m
     }
 
+    /// A replayed recording reads as what it is: the gateway's lag is since the
+    /// fixes arrived, and their age (two months) is marked `replay`.
+    @Test func healthSaysAReplayIsAReplay() async throws {
+        try await broker.waitUntilOnline("gateway")
+        let run = try ctl(["replay", Fixtures.url("gpx/garmin-edge-1.1.gpx").path, "--device", "old1", "--speed", "0"])
+        #expect(run.code == 0, "\(run.output)")
+        let deadline = ContinuousClock.now + .seconds(30)
+        var line = ""
+        while ContinuousClock.now < deadline, !line.contains("replay, ") {
+            let health = try ctl(["health", "--wait", "0.3"])
+            line = health.output.split(separator: "\n").first { $0.hasPrefix("gateway ") }.map(String.init) ?? ""
+        }
+        #expect(line.contains("replay, ") && line.contains(" d "), "\(line)")
+        let header = try ctl(["health", "--wait", "0.3"]).output.split(separator: "\n").first { $0.hasPrefix("SERVICE") } ?? ""
+        #expect(header.contains("LAG_MS") && header.contains("FIX_AGE"))
+        // LAG_MS: the column under its header, a few milliseconds, not the recording's age.
+        let columns = line.split(separator: " ", omittingEmptySubsequences: true)
+        #expect(columns.count > 6 && (Int(columns[6]) ?? .max) < 60_000, "\(line)")
+    }
+
     /// Files as other tools write them (Fixtures/gpx/): extension speed and
     /// course reach the raw fixes; zone-less times are UTC and said once.
     @Test func replaysGPXFromOtherTools() async throws {
