@@ -15,10 +15,12 @@ struct AccountsError: Error, CustomStringConvertible {
 }
 
 enum AccountKind: String, Codable, CaseIterable, Sendable {
-    case device, map, `operator`
+    /// `token`: a device's ingest token for tracker-http (Traccar Client), the login `ingest.{device}`.
+    case device, map, `operator`, token
 
-    /// Devices and map pages log in on the devices' and the map's listeners,
-    /// operators only on the operators' one (config/mosquitto-logins.conf).
+    /// Devices, map pages and tokens log in on the devices', the map's and
+    /// tracker-http's listeners, operators only on the operators' one
+    /// (config/mosquitto-logins.conf).
     var passwordFile: String { self == .operator ? "operators" : "passwords" }
 }
 
@@ -30,6 +32,33 @@ enum AccountRules {
     static let reservedLogins: Set<String> = Set(services + services.map { $0 + "-out" } + ["trackerctl", "tracker-map", "tracker-http"])
     /// The OwnTracks user under which the track service publishes every device's position to its friends.
     static let trackerUser = "_tracker"
+    /// Logins starting with this are ingest tokens' (`ingest.{device}`, tracker-http's `IngestToken`), and only theirs.
+    static let tokenLoginPrefix = "ingest."
+    /// A token is `{device}~{secret}`; tracker-http takes a secret of at least this many URL-safe characters.
+    static let tokenSeparator = "~"
+    static let minimumTokenSecretLength = 32
+
+    /// The broker login of a device's ingest token.
+    static func tokenLogin(for device: DeviceID) -> String { tokenLoginPrefix + device.rawValue }
+
+    /// A login this tool adds as a device, map page or operator: valid, and not a token's.
+    static func checkAccountLogin(_ login: String) throws {
+        try checkLogin(login)
+        guard !login.hasPrefix(tokenLoginPrefix) else {
+            throw AccountsError.refused("login '\(login)' is reserved: logins starting with '\(tokenLoginPrefix)' are ingest tokens' (add token DEVICE)")
+        }
+    }
+
+    /// The device an ingest token is for: a Tracker device id, not one of the deployment's own accounts.
+    static func tokenDevice(_ text: String) throws -> DeviceID {
+        guard let id = DeviceID(text) else {
+            throw AccountsError.refused("token device '\(printable(text))' is not a device id: 1–64 characters of A-Z a-z 0-9 . _ -, not starting with _")
+        }
+        guard !reservedLogins.contains(text) else {
+            throw AccountsError.refused("token device '\(text)' is reserved: it is one of the deployment's own accounts (config/acl)")
+        }
+        return id
+    }
 
     static func checkLogin(_ login: String) throws {
         let allowed = login.utf8.allSatisfy { b in
@@ -163,6 +192,9 @@ struct Account: Codable, Hashable, Sendable {
     var login: String
     /// A device's own OwnTracks device, when its login is not the app's user name.
     var owntracks: OwnTracksDevice?
+    /// A token's device (its login is `ingest.{device}`). Absent for every other kind,
+    /// and in registries written before tokens.
+    var device: DeviceID?
 }
 
 struct Team: Codable, Hashable, Sendable {
@@ -180,7 +212,22 @@ struct Registry: Codable, Sendable {
     /// A hand-edited file must not smuggle a line into the ACL.
     func validate() throws {
         for account in accounts {
-            try AccountRules.checkLogin(account.login)
+            if account.kind == .token {
+                // Its login and its one ACL line come from the device id alone.
+                guard let device = account.device else {
+                    throw AccountsError.refused("token '\(AccountRules.printable(account.login))' has no device")
+                }
+                _ = try AccountRules.tokenDevice(device.rawValue)
+                guard account.login == AccountRules.tokenLogin(for: device) else {
+                    throw AccountsError.refused("token '\(AccountRules.printable(account.login))' is not the login \(AccountRules.tokenLogin(for: device)) of its device \(device)")
+                }
+            } else {
+                // Not checkAccountLogin: a login `ingest.…` added before tokens existed stays loadable.
+                try AccountRules.checkLogin(account.login)
+                if account.device != nil {
+                    throw AccountsError.refused("\(account.kind.rawValue) '\(account.login)' has a token's device; only tokens have one")
+                }
+            }
             if account.owntracks != nil, account.kind != .device {
                 throw AccountsError.refused("\(account.kind.rawValue) '\(account.login)' has an OwnTracks device; only devices have one")
             }
@@ -190,6 +237,7 @@ struct Registry: Codable, Sendable {
 
     func account(_ login: String) -> Account? { accounts.first { $0.login == login } }
     func account(owning device: OwnTracksDevice) -> Account? { accounts.first { $0.owntracks == device } }
+    func token(for device: DeviceID) -> Account? { accounts.first { $0.kind == .token && $0.device == device } }
     func team(_ name: String) -> Team? { teams.first { $0.name == name } }
 
     /// Adds or replaces a team, keeping the teams in name order.
@@ -229,6 +277,36 @@ enum GeneratedACL {
     /// The same as `user trackerctl` in config/acl.
     static let operatorLines = ["topic readwrite tracker/#", "topic readwrite owntracks/#", "topic read $SYS/#"]
 
+    /// An ingest token's one grant: its device's fixes, as tracker-http publishes them for Traccar Client.
+    static func tokenLine(_ device: DeviceID) -> String { "topic write tracker/\(device)/fixes" }
+
+    /// The `%u` patterns of the deployment's ACL (the part above the marker),
+    /// as mosquitto reads them. They apply to every login, a token's too
+    /// (`pattern write tracker/%u/fixes` would let `ingest.van7` publish as
+    /// the device `ingest.van7`), so a token's block denies each of them for
+    /// its login: mosquitto checks a user's `deny` lines before anything else.
+    static func userPatterns(in head: String) -> [String] {
+        var topics: [String] = []
+        for raw in head.components(separatedBy: "\n") {
+            var line = Substring(raw)
+            while let last = line.last, last.isWhitespace { line = line.dropLast() }
+            guard !line.hasPrefix("#") else { continue }
+            // strtok on " ": the keyword, the access, then the rest (trimmed) is the topic;
+            // with nothing after the access, that word is the topic.
+            let words = line.split(separator: " ", maxSplits: 2, omittingEmptySubsequences: true)
+            guard words.first == "pattern", words.count >= 2 else { continue }
+            let topic = (words.count == 3 ? words[2] : words[1]).trimmingCharacters(in: CharacterSet(charactersIn: " \t"))
+            // %c (the client id) is no login's to deny: on tracker-http's gate it is not the login.
+            if topic.contains("%u"), !topic.contains("%c"), !topics.contains(topic) { topics.append(topic) }
+        }
+        return topics
+    }
+
+    /// A token's block: its one grant, then a `deny` for each of the head's `%u` patterns.
+    static func tokenLines(_ device: DeviceID, login: String, patterns: [String]) -> [String] {
+        [tokenLine(device)] + patterns.map { "topic deny " + $0.replacingOccurrences(of: "%u", with: login) }
+    }
+
     /// A per-device login's own lines: its OwnTracks device (sub-topics
     /// included, as the patterns give a user's) and the Tracker device's
     /// events, replies, live frame and commands. `topic` takes the rest of the
@@ -245,9 +323,11 @@ enum GeneratedACL {
         ["topic read owntracks/\(AccountRules.trackerUser)/\(id)", "topic read owntracks/\(AccountRules.trackerUser)/\(id)/info"]
     }
 
-    /// One `user` block per login that needs lines, in login order.
-    static func body(for registry: Registry) -> String {
+    /// One `user` block per login that needs lines, in login order. `patterns`:
+    /// the deployment's `%u` patterns (`userPatterns(in:)`), denied to tokens.
+    static func body(for registry: Registry, patterns: [String] = []) -> String {
         var blocks: [String: Block] = [:]
+        var tokenLogins: Set<String> = []
         for account in registry.accounts {
             var block = Block(login: account.login, about: "\(account.kind.rawValue) \(account.login)")
             switch (account.kind, account.owntracks) {
@@ -257,6 +337,11 @@ enum GeneratedACL {
             case (.device, nil): break  // the patterns in config/acl cover a login that is the device id or the app's user
             case (.map, _): block.add(mapLines)
             case (.operator, _): block.add(operatorLines)
+            case (.token, _):
+                guard let device = account.device else { continue }  // validate() refuses it
+                block.about += ": device \(device)'s fixes only (tracker-http, Traccar Client); config/acl's patterns denied"
+                block.add(tokenLines(device, login: account.login, patterns: patterns))
+                tokenLogins.insert(account.login)
             }
             blocks[account.login] = block
         }
@@ -264,6 +349,8 @@ enum GeneratedACL {
         for team in registry.teams.sorted(by: { $0.name < $1.name }) {
             for member in team.members {
                 let login = registry.readingLogin(of: member)
+                // A token reads nothing, whatever a team says (`add team` refuses such a member).
+                guard !tokenLogins.contains(login) else { continue }
                 var block = blocks[login] ?? Block(login: login, about: "\(login): a login not added by this tool")
                 if !block.teams.contains(team.name) { block.teams.append(team.name) }
                 for other in team.members where other.id != member.id { block.add(friendLines(other.id)) }
@@ -283,7 +370,7 @@ enum GeneratedACL {
         } else {
             head = (existing.isEmpty || existing.hasSuffix("\n") ? existing : existing + "\n") + marker + "\n"
         }
-        return head + body(for: registry)
+        return head + body(for: registry, patterns: userPatterns(in: head))
     }
 
     private struct Block {

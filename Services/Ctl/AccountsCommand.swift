@@ -13,12 +13,16 @@ enum AccountsCommand {
           add device LOGIN [--password P] [--owntracks USER/DEVICE]
           add map LOGIN [--password P]
           add operator LOGIN [--password P]
+          add token DEVICE                 an ingest token for tracker-http (Traccar Client): prints DEVICE~SECRET once;
+                                           its login ingest.DEVICE may only publish tracker/DEVICE/fixes
           add team TEAM MEMBER...          a member: USER/DEVICE (an OwnTracks device) or a Tracker device id
           remove device|map|operator LOGIN
+          remove token DEVICE
           remove team TEAM [MEMBER...]     without members: the whole team
           list [--json]
         DIR: TRACKER_ACCOUNTS_DIR, else /etc/tracker; it holds passwords, operators, acl (copied from
-        config/acl first) and accounts.json. Without --password a random one is made and printed once.
+        config/acl first) and accounts.json. Without --password a random one is made and printed once
+        (a token's secret is always made). Logins starting with ingest. are tokens' only.
         """
 
     static let reloadHint = "mosquitto rereads the password files and the ACL on SIGHUP: kill -HUP $(pidof mosquitto) (compose: docker compose kill -s HUP broker)"
@@ -61,6 +65,10 @@ enum AccountsCommand {
             outcome = try addLogin(kind, login, password: password, device: device, to: &registry, files)
         case .removeLogin(let kind, let login):
             outcome = try removeLogin(kind, login, from: &registry, files)
+        case .addToken(let device):
+            outcome = try addToken(device, to: &registry, files)
+        case .removeToken(let device):
+            outcome = try removeToken(device, from: &registry, files)
         case .addMembers(let name, let members):
             outcome = try addMembers(members, to: name, in: &registry)
         case .removeTeam(let name, let members):
@@ -69,8 +77,9 @@ enum AccountsCommand {
             return
         }
         try files.write(registry: registry, acl: GeneratedACL.merged(aclText, registry: registry), passwordChange: outcome.passwordChange)
-        if let password = outcome.generatedPassword { print("\(outcome.login ?? "") \(password)") }
-        // Status on stderr: stdout carries only the generated password, for scripts.
+        if let token = outcome.token { print(token) }
+        else if let password = outcome.generatedPassword { print("\(outcome.login ?? "") \(password)") }
+        // Status on stderr: stdout carries only the generated password or token, for scripts.
         FileHandle.standardError.write(Data("\(outcome.done) in \(files.directory)\n\(reloadHint)\n".utf8))
     }
 
@@ -80,11 +89,13 @@ enum AccountsCommand {
         var login: String?
         var passwordChange: PasswordChange?
         var generatedPassword: String?
+        /// `DEVICE~SECRET`, printed instead of `LOGIN PASSWORD`.
+        var token: String?
     }
 
     static func addLogin(_ kind: AccountKind, _ login: String, password: String?, device: OwnTracksDevice?,
                          to registry: inout Registry, _ files: AccountFiles) throws -> Outcome {
-        try AccountRules.checkLogin(login)
+        try AccountRules.checkAccountLogin(login)
         if let existing = registry.account(login) {
             throw AccountsError.refused("login '\(login)' already exists (a \(existing.kind.rawValue)); remove it first")
         }
@@ -108,7 +119,8 @@ enum AccountsCommand {
             throw AccountsError.refused("no \(kind.rawValue) '\(login)' in \(files.path(AccountFiles.registryName)); nothing removed")
         }
         guard existing.kind == kind else {
-            throw AccountsError.refused("'\(login)' is a \(existing.kind.rawValue), not a \(kind.rawValue); nothing removed")
+            let hint = existing.device.map { " (remove token \($0))" } ?? ""
+            throw AccountsError.refused("'\(login)' is a \(existing.kind.rawValue), not a \(kind.rawValue)\(hint); nothing removed")
         }
         registry.accounts.removeAll { $0.login == login }
         // A hash removed by hand already is no reason to keep the rest.
@@ -117,10 +129,50 @@ enum AccountsCommand {
                        passwordChange: inFile ? PasswordChange(file: kind.passwordFile, arguments: ["-D", login]) : nil)
     }
 
+    /// A device's ingest token: the login `ingest.DEVICE` with a generated
+    /// secret (never one given: a token must be random), and `DEVICE~SECRET`
+    /// to print, which Traccar Client sends as its device identifier.
+    static func addToken(_ device: DeviceID, to registry: inout Registry, _ files: AccountFiles) throws -> Outcome {
+        let login = AccountRules.tokenLogin(for: device)
+        if registry.token(for: device) != nil {
+            throw AccountsError.refused("device '\(device)' already has a token; remove it first (remove token \(device))")
+        }
+        if let existing = registry.account(login) {
+            throw AccountsError.refused("login '\(login)' already exists (a \(existing.kind.rawValue)); remove it first")
+        }
+        for file in ["passwords", "operators"] where try files.logins(in: file).contains(login) {
+            throw AccountsError.refused("login '\(login)' already exists in \(files.path(file)) (not added by this tool); remove it first (mosquitto_passwd -D)")
+        }
+        let secret = PasswordTool.generate()
+        // What tracker-http's IngestToken.parse takes; the generator always meets it.
+        guard secret.count >= AccountRules.minimumTokenSecretLength, secret.utf8.allSatisfy(PasswordTool.isURLSafe) else {
+            throw AccountsError.failed("the generated secret is not ≥ \(AccountRules.minimumTokenSecretLength) URL-safe characters")
+        }
+        registry.accounts.append(Account(kind: .token, login: login, device: device))
+        return Outcome(done: "added token \(login) (device \(device); it may only publish tracker/\(device)/fixes)", login: login,
+                       passwordChange: PasswordChange(file: AccountKind.token.passwordFile, arguments: ["-b", login, secret]),
+                       token: "\(device)\(AccountRules.tokenSeparator)\(secret)")
+    }
+
+    static func removeToken(_ device: DeviceID, from registry: inout Registry, _ files: AccountFiles) throws -> Outcome {
+        guard let existing = registry.token(for: device) else {
+            throw AccountsError.refused("device '\(device)' has no token in \(files.path(AccountFiles.registryName)); nothing removed")
+        }
+        registry.accounts.removeAll { $0.kind == .token && $0.device == device }
+        let inFile = try files.logins(in: AccountKind.token.passwordFile).contains(existing.login)
+        return Outcome(done: "removed token \(existing.login) (device \(device))", login: existing.login,
+                       passwordChange: inFile ? PasswordChange(file: AccountKind.token.passwordFile, arguments: ["-D", existing.login]) : nil)
+    }
+
     static func addMembers(_ members: [TeamMember], to name: String, in registry: inout Registry) throws -> Outcome {
         try AccountRules.checkTeamName(name)
         var team = registry.team(name) ?? Team(name: name, members: [])
         for member in members {
+            // Its friends' lines would go to the login it reads with: never a token's.
+            let login = registry.readingLogin(of: member)
+            if login.hasPrefix(AccountRules.tokenLoginPrefix) {
+                throw AccountsError.refused("team member '\(member)' would read as '\(login)': logins starting with '\(AccountRules.tokenLoginPrefix)' are ingest tokens', which read nothing")
+            }
             // One device, one member: `jane/phone` and `jane.phone` are the same id.
             if let same = team.members.first(where: { $0.id == member.id }) {
                 throw AccountsError.refused("team '\(name)' already has '\(same)' (Tracker id \(member.id))")
@@ -154,6 +206,8 @@ enum AccountsCommand {
 enum AccountsAction {
     case addLogin(AccountKind, login: String, password: String?, owntracks: OwnTracksDevice?)
     case removeLogin(AccountKind, login: String)
+    case addToken(DeviceID)
+    case removeToken(DeviceID)
     case addMembers(team: String, [TeamMember])
     case removeTeam(team: String, [TeamMember])
     case list(json: Bool)
@@ -170,6 +224,7 @@ enum AccountsAction {
             if value != nil { throw UsageError("\(option) \(rule)") }
         }
         let passwordRule = "goes with add device|map|operator only", owntracksRule = "goes with add device only"
+        let tokenPasswordRule = "does not go with tokens: a token's secret is always generated (a token must be random)"
         switch verb {
         case "help", "--help", "-h":
             return .help
@@ -179,7 +234,7 @@ enum AccountsAction {
             return .list(json: json)
         case "add", "remove":
             if json { throw UsageError("--json goes with list") }
-            guard let kindText = args.positional() else { throw UsageError("\(verb) needs a kind: device, map, operator or team") }
+            guard let kindText = args.positional() else { throw UsageError("\(verb) needs a kind: device, map, operator, token or team") }
             if kindText == "team" {
                 try refuse("--password", password, passwordRule); try refuse("--owntracks", owntracks, owntracksRule)
                 guard let team = args.positional() else { throw UsageError("\(verb) team needs TEAM") }
@@ -192,7 +247,14 @@ enum AccountsAction {
                 return .removeTeam(team: team, members)
             }
             guard let kind = AccountKind(rawValue: kindText) else {
-                throw AccountsError.refused("unknown kind '\(AccountRules.printable(kindText))': expected device, map, operator or team")
+                throw AccountsError.refused("unknown kind '\(AccountRules.printable(kindText))': expected device, map, operator, token or team")
+            }
+            if kind == .token {
+                try refuse("--password", password, tokenPasswordRule); try refuse("--owntracks", owntracks, owntracksRule)
+                guard let device = args.positional() else { throw UsageError("\(verb) token needs DEVICE") }
+                try args.finish()
+                let id = try AccountRules.tokenDevice(device)
+                return verb == "add" ? .addToken(id) : .removeToken(id)
             }
             guard let login = args.positional() else { throw UsageError("\(verb) \(kind.rawValue) needs LOGIN") }
             try args.finish()
@@ -252,7 +314,12 @@ enum PasswordTool {
         }
     }
 
-    /// 24 random bytes (192 bits) as URL-safe base64, 32 characters.
+    /// A character of URL-safe base64 without padding: A-Z a-z 0-9 - _.
+    static func isURLSafe(_ b: UInt8) -> Bool {
+        (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A) || b == UInt8(ascii: "-") || b == UInt8(ascii: "_")
+    }
+
+    /// 24 random bytes (192 bits) as URL-safe base64, 32 characters (no padding: 24 is a multiple of 3).
     static func generate() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<24).map { _ in UInt8.random(in: .min ... .max, using: &generator) }
@@ -398,6 +465,7 @@ enum AccountsListing {
             var line = account.kind.rawValue.padding(toLength: 9, withPad: " ", startingAt: 0)
                 + account.login.padding(toLength: width, withPad: " ", startingAt: 0)
             if let device = account.owntracks { line += "  owntracks \(device) (id \(device.id))" }
+            if let device = account.device { line += "  device \(device)" }
             let teams = registry.teams(readBy: account.login)
             if !teams.isEmpty { line += "  teams " + teams.joined(separator: ",") }
             out += line.trimmingCharacters(in: .whitespaces) + "\n"

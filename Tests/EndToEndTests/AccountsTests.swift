@@ -103,6 +103,85 @@ import Testing
         #expect(Self.block("jane-tablet", in: after).count == 7)
     }
 
+    /// `add token DEVICE` prints `DEVICE~SECRET` once (a secret tracker-http
+    /// takes: ≥ 32 of A-Z a-z 0-9 - _); the files hold its hash and the
+    /// device, never the secret; `list` shows it, without the secret.
+    @Test func addTokenPrintsTheTokenOnceAndListShowsItsDevice() throws {
+        let dir = try AccountsDirectory()
+        let added = try dir.run(["add", "token", "van7"])
+        #expect(added.code == 0, "\(added.stderr)")
+        #expect(added.stdout.hasSuffix("\n") && added.stdout.filter { $0 == "\n" }.count == 1, "\(added.stdout)")
+        let secret = try Self.tokenSecret(added.stdout, device: "van7")
+        #expect(added.stderr.contains("added token ingest.van7") && added.stderr.contains("kill -HUP"), "\(added.stderr)")
+        // A second token (another device) has a secret of its own.
+        let other = try Self.tokenSecret(try dir.run(["add", "token", "jane.phone"]).stdout, device: "jane.phone")
+        #expect(other != secret)
+        let passwords = try dir.text("passwords"), registry = try dir.text("accounts.json"), acl = try dir.text("acl")
+        #expect(passwords.contains("ingest.van7:$7$") && passwords.contains("ingest.jane.phone:$7$"), "\(passwords)")
+        for text in [passwords, registry, acl] { #expect(!text.contains(secret) && !text.contains(other)) }
+        // Its one grant; everything else it is denied is a topic of its login's own (config/acl's patterns).
+        let lines = Self.block("ingest.van7", in: acl)
+        #expect(lines.filter { !$0.hasPrefix("topic deny ") } == ["topic write tracker/van7/fixes"], "\(lines)")
+        #expect(lines.contains("topic deny tracker/ingest.van7/fixes") && lines.contains("topic deny owntracks/ingest.van7/+"), "\(lines)")
+        #expect(lines.filter { $0.hasPrefix("topic deny ") }.allSatisfy { $0.contains("/ingest.van7/") }, "\(lines)")
+        // The denials are config/acl's `%u` patterns for its login, each of them (mosquitto applies them to every login).
+        let patterns = try #require(AccountsDirectory.repositoryACL).split(separator: "\n").filter { $0.hasPrefix("pattern ") && $0.contains("%u") }
+            .map { $0.split(separator: " ", maxSplits: 2).last.map(String.init) ?? "" }
+        #expect(patterns.count >= 9)
+        #expect(lines.filter { $0.hasPrefix("topic deny ") } == patterns.map { "topic deny " + $0.replacingOccurrences(of: "%u", with: "ingest.van7") })
+        #expect(!(try dir.text("operators")).contains("ingest."))
+        // list: kind, login and device; --json the same, never a secret.
+        let list = try dir.run(["list"])
+        #expect(list.stdout.split(separator: "\n").contains("token    ingest.van7        device van7"), "\(list.stdout)")
+        #expect(!list.stdout.contains(secret))
+        let json = try dir.run(["list", "--json"])
+        let accounts = (try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])?["accounts"] as? [[String: String]]
+        #expect(accounts?.first { $0["login"] == "ingest.van7" } == ["kind": "token", "login": "ingest.van7", "device": "van7"], "\(json.stdout)")
+        #expect(!json.stdout.contains(secret))
+        // remove token: the hash and the block go; the other token stays.
+        let removed = try dir.run(["remove", "token", "van7"])
+        #expect(removed.code == 0 && removed.stdout.isEmpty, "\(removed.stdout)\(removed.stderr)")
+        let passwordsAfter = try dir.text("passwords"), aclAfter = try dir.text("acl")
+        #expect(!passwordsAfter.contains("ingest.van7:") && passwordsAfter.contains("ingest.jane.phone:"))
+        #expect(Self.block("ingest.van7", in: aclAfter).isEmpty && !Self.block("ingest.jane.phone", in: aclAfter).isEmpty)
+    }
+
+    /// A registry written before tokens (no `device` in any account) loads,
+    /// takes a token, and keeps what it had.
+    @Test func aRegistryFromBeforeTokensStillLoads() throws {
+        let dir = try AccountsDirectory()
+        let old = """
+            {
+              "accounts" : [
+                { "kind" : "device", "login" : "jane-tablet", "owntracks" : { "device" : "tablet", "user" : "jane" } },
+                { "kind" : "map", "login" : "wall" }
+              ],
+              "teams" : [ { "members" : [ "jane/tablet", "bob/phone" ], "name" : "field" } ],
+              "version" : 1
+            }
+            """
+        try old.write(to: dir.url.appendingPathComponent("accounts.json"), atomically: true, encoding: .utf8)
+        let added = try dir.run(["add", "token", "van7"])
+        #expect(added.code == 0, "\(added.stderr)")
+        let list = try dir.run(["list"]).stdout
+        #expect(list.contains("device   jane-tablet  owntracks jane/tablet (id jane.tablet)  teams field") && list.contains("map      wall")
+                && list.contains("token    ingest.van7  device van7") && list.contains("team field: "), "\(list)")
+        let acl = try dir.text("acl")
+        #expect(Self.block("wall", in: acl) == Self.block("tracker-map", in: acl) && Self.block("jane-tablet", in: acl).count == 9)
+    }
+
+    /// The secret of a printed token `DEVICE~SECRET`, checked as tracker-http takes it.
+    static func tokenSecret(_ stdout: String, device: String) throws -> String {
+        let line = stdout.trimmingCharacters(in: .newlines)
+        guard line.hasPrefix(device + "~"), !line.contains("\n") else { throw TestSupportError("not a token for \(device): '\(stdout)'") }
+        let secret = String(line.dropFirst(device.count + 1))
+        let allowed = secret.unicodeScalars.allSatisfy { c in
+            ("A"..."Z").contains(c) || ("a"..."z").contains(c) || ("0"..."9").contains(c) || c == "-" || c == "_"
+        }
+        guard secret.count >= 32, allowed else { throw TestSupportError("token secret '\(secret)': not ≥ 32 of A-Z a-z 0-9 - _") }
+        return secret
+    }
+
     /// What the tool wrote: the ACL after the marker.
     static func generatedPart(of acl: String) -> String {
         acl.range(of: marker + "\n").map { String(acl[$0.upperBound...]) } ?? ""
@@ -297,6 +376,88 @@ import Testing
         await ctl.disconnect()
     }
 
+    /// An ingest token, as tracker-http uses it for Traccar Client: the login
+    /// `ingest.van7` with the token's secret publishes van7's fixes and
+    /// nothing else, and reads nothing at all. Each refusal is checked beside
+    /// something allowed that arrives after it.
+    @Test func aTokenPublishesItsDevicesFixesAndReadsNothing() async throws {
+        let dir = try AccountsDirectory()
+        let ops = try dir.add("operator", "ops")
+        let van7 = try dir.add("device", "van7")  // the device's own login: what may read, for the controls
+        let added = try dir.run(["add", "token", "van7"])
+        #expect(added.code == 0, "\(added.stderr)")
+        let secret = try Self.tokenSecret(added.stdout, device: "van7")
+        let broker = try TestBroker(accounts: .init(directory: dir.url))
+        // Where tracker-http logs in for it, and the devices' listener; not the operators'.
+        #expect(await Self.canLogIn(broker.gatePort, "ingest.van7", secret))
+        #expect(!(await Self.canLogIn(broker.operatorPort, "ingest.van7", secret)))
+        #expect(!(await Self.canLogIn(broker.port, "ingest.van7", "not-the-secret-\(secret)")))
+
+        let observer = try await MessageCollector(port: broker.operatorPort, filters: ["tracker/#", "owntracks/#"],
+                                                  clientID: "ops-\(UUID().uuidString.prefix(6))", username: "ops", password: ops)
+        let token = try await MessageCollector(port: broker.port, filters: ["#", "tracker/van7/events"], username: "ingest.van7", password: secret)
+        let device = try await MessageCollector(port: broker.port, filters: ["tracker/#", "owntracks/#"], username: "van7", password: van7)
+
+        // Its device's fixes, QoS 1, acknowledged and delivered.
+        try await token.client.publishAndWait(MQTTMessage(topic: "tracker/van7/fixes", string: "token-fix-1"))
+        try await observer.wait(description: "the token's fix") { $0.contains { $0.topic == "tracker/van7/fixes" && $0.string == "token-fix-1" } }
+
+        // Nowhere else (QoS 0: nothing to refuse out loud): another device, its login's own topics that
+        // config/acl's patterns would give it, van7's other topics. Then its own next fix arrives.
+        let forged = ["tracker/van8/fixes", "tracker/ingest.van7/fixes", "tracker/ingest.van7/cmd/getSessions", "owntracks/ingest.van7/phone",
+                      "owntracks/ingest.van7/phone/event", "tracker/van7/activity", "tracker/van7/cmd/getSessions", "tracker/van7/raw",
+                      "owntracks/van7/phone"]
+        for topic in forged { try token.client.publish(MQTTMessage(topic: topic, string: "forged-by-token", qos: .atMostOnce)) }
+        try await token.client.publishAndWait(MQTTMessage(topic: "tracker/van7/fixes", string: "token-fix-2"))
+        try await observer.wait(description: "the token's fix after the forgeries") { $0.contains { $0.string == "token-fix-2" } }
+        #expect(!observer.messages.contains { $0.string == "forged-by-token" }, "\(observer.messages.filter { $0.string == "forged-by-token" }.map(\.topic))")
+        #expect(token.client.isConnected)
+
+        // It reads nothing: what the operator publishes for van7 (and for its login's own topics) reaches
+        // van7's own login, not the token's, subscribed to everything.
+        let ctl = try await Self.connect(broker.operatorPort, "ops", ops)
+        let probes = ["tracker/van7/events", "tracker/van7/live", "tracker/van7/reply/x", "tracker/van7/fixes", "tracker/ingest.van7/events",
+                      "tracker/ingest.van7/live", "tracker/ingest.van7/reply/x", "owntracks/ingest.van7/phone/cmd", "tracker/_map/ingest.van7/x"]
+        for topic in probes { try await ctl.publishAndWait(MQTTMessage(topic: topic, string: "probe \(topic)")) }
+        try await device.wait(description: "van7's event, live frame and reply") { all in
+            ["tracker/van7/events", "tracker/van7/live", "tracker/van7/reply/x"].allSatisfy { topic in all.contains { $0.string == "probe \(topic)" } }
+        }
+        // A round trip on the token's connection: anything the broker had sent it would be in before the acknowledgement.
+        try await token.client.publishAndWait(MQTTMessage(topic: "tracker/van7/fixes", string: "token-fix-3"))
+        try await observer.wait(description: "the token's third fix") { $0.contains { $0.string == "token-fix-3" } }
+        #expect(token.messages.isEmpty, "\(token.messages.map(\.topic))")
+        #expect(token.client.isConnected)
+        await ctl.disconnect()
+        for collector in [observer, token, device] { await collector.close() }
+    }
+
+    /// `remove token` and a SIGHUP: the token's login is refused, its live
+    /// connection closed; the device's own login is not touched.
+    @Test func aRemovedTokenIsRefusedAfterTheSIGHUP() async throws {
+        let dir = try AccountsDirectory()
+        let van7 = try dir.add("device", "van7")
+        let secret = try Self.tokenSecret(try dir.run(["add", "token", "van7"]).stdout, device: "van7")
+        let broker = try TestBroker(accounts: .init(directory: dir.url))
+        let live = try await Self.connect(broker.port, "ingest.van7", secret)
+        #expect(await Self.canLogIn(broker.gatePort, "ingest.van7", secret))
+        let removed = try dir.run(["remove", "token", "van7"])
+        #expect(removed.code == 0, "\(removed.stderr)")
+        let passwords = try dir.text("passwords"), acl = try dir.text("acl")
+        #expect(!passwords.contains("ingest.van7:") && Self.block("ingest.van7", in: acl).isEmpty)
+        broker.reload()
+        try await Self.eventually("the token refused") { !(await Self.canLogIn(broker.port, "ingest.van7", secret)) }
+        #expect(!(await Self.canLogIn(broker.gatePort, "ingest.van7", secret)))
+        try await Self.eventually("the token's live connection closed") { !live.isConnected }
+        await live.disconnect(timeout: .seconds(1))
+        #expect(await Self.canLogIn(broker.port, "van7", van7))
+        // A new token for the device works again, with a new secret.
+        let again = try Self.tokenSecret(try dir.run(["add", "token", "van7"]).stdout, device: "van7")
+        #expect(again != secret)
+        broker.reload()
+        try await Self.eventually("the new token admitted") { await Self.canLogIn(broker.port, "ingest.van7", again) }
+        #expect(!(await Self.canLogIn(broker.port, "ingest.van7", secret)))
+    }
+
     // MARK: Refusals
 
     /// Each case exits 2 with one line naming the problem, and no file changes.
@@ -313,6 +474,14 @@ import Testing
         try tool.run()
         tool.waitUntilExit()
         #expect(tool.terminationStatus == 0)
+        // A token's login made by hand too.
+        let handMadeToken = Process()
+        handMadeToken.executableURL = URL(fileURLWithPath: "/usr/bin/mosquitto_passwd")
+        handMadeToken.arguments = ["-b", dir.url.appendingPathComponent("passwords").path, "ingest.van10", "by hand"]
+        try handMadeToken.run()
+        handMadeToken.waitUntilExit()
+        #expect(handMadeToken.terminationStatus == 0)
+        #expect(try dir.run(["add", "token", "van9"]).code == 0)
         let before = try dir.snapshot()
         let long = String(repeating: "a", count: 65)
         let cases: [([String], String)] = [
@@ -340,6 +509,20 @@ import Testing
             (["add", "team", long, "jane/phone"], "team name"), (["add", "team", "a/b", "jane/phone"], "team name"),
             (["add", "team", "field"], "at least one MEMBER"), (["remove", "team", "nope"], "no team"),
             (["remove", "team", "field", "carol/phone"], "no member"), (["add", "device", "x", "--password", ""], "--password"),
+            // Tokens.
+            (["add", "token", "_van"], "not a device id"), (["add", "token", "van 7"], "not a device id"), (["add", "token", "van/7"], "not a device id"),
+            (["add", "token", "van7~x"], "not a device id"), (["add", "token", long], "not a device id"), (["add", "token", ""], "not a device id"),
+            (["add", "token", "tracker-gateway"], "reserved"), (["add", "token", "tracker-http"], "reserved"),
+            (["add", "token", "van9"], "already has a token; remove it first"),
+            (["add", "token", "van10"], "not added by this tool"),
+            (["add", "token", "van8", "--password", "chosen by hand"], "--password"), (["add", "token", "van9", "--password", "x"], "--password"),
+            (["add", "token", "van8", "--owntracks", "van/eight"], "--owntracks"), (["add", "token"], "needs DEVICE"),
+            (["add", "device", "ingest.x"], "ingest tokens"), (["add", "device", "ingest.van9"], "ingest tokens"),
+            (["add", "map", "ingest.x"], "ingest tokens"), (["add", "operator", "ingest.x"], "ingest tokens"),
+            (["add", "device", "ingest.x", "--password", "p"], "ingest tokens"),
+            (["add", "team", "field", "ingest.van9"], "ingest tokens"), (["add", "team", "field", "ingest.van9/phone"], "ingest tokens"),
+            (["remove", "token", "van8"], "has no token"), (["remove", "token", "_van"], "not a device id"),
+            (["remove", "device", "ingest.van9"], "is a token"), (["remove", "token", "van9", "--password", "x"], "--password"),
         ]
         for (arguments, problem) in cases {
             let run = try dir.run(arguments)
