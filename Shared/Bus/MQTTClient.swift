@@ -410,7 +410,8 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// Sends a request with a v5 response topic and random correlation data
     /// and waits for the matching reply. The caller must be subscribed to
-    /// `responseTopic`.
+    /// `responseTopic`. A request the broker refuses (PUBACK 0x87: the ACL
+    /// denies the topic) fails at once with `publishRefused`.
     public func request(_ message: MQTTMessage, responseTopic: String, timeout: Duration = .seconds(10)) async throws -> MQTTMessage {
         var message = message
         let correlation = (0..<16).map { _ in UInt8.random(in: 0...255) }
@@ -424,7 +425,10 @@ public final class MQTTClient: @unchecked Sendable {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<MQTTMessage, any Error>) in
                 state.withLock { $0.requests[correlation] = continuation }
                 do {
-                    try publish(message)
+                    try publish(message) { [weak self] result in
+                        guard case .failure(let error) = result else { return }
+                        self?.state.withLock { $0.requests.removeValue(forKey: correlation) }?.resume(throwing: error)
+                    }
                 } catch {
                     state.withLock { $0.requests.removeValue(forKey: correlation) }?.resume(throwing: error)
                 }

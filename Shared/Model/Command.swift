@@ -28,6 +28,12 @@ public enum ErrorCode: String, Codable, Sendable {
     case badInput, notReady, notFound, limitReached, invalidConfig, conflict, `internal`
     /// Too many queries waiting already: try again later.
     case busy
+    /// HTTP (tracker-http): no credentials, or ones the broker refused (401).
+    case unauthorized
+    /// HTTP: the broker's ACL denies the account this read or write (403).
+    case forbidden
+    /// HTTP: no service answered in time (504).
+    case timeout
 }
 
 /// A command that failed, with a code from the stable vocabulary.

@@ -10,11 +10,13 @@ public struct DeviceFix: Codable, Sendable, Equatable {
     public var alt: Double?
     public var vacc: Double?
     public var mock: Bool?
+    /// The phone's battery, 0–100 % (kept with the fix for forwarding).
+    public var batt: Double?
 
     public init(t: Double, lat: Double, lon: Double, acc: Double, speed: Double? = nil,
-                course: Double? = nil, alt: Double? = nil, vacc: Double? = nil, mock: Bool? = nil) {
+                course: Double? = nil, alt: Double? = nil, vacc: Double? = nil, mock: Bool? = nil, batt: Double? = nil) {
         self.t = t; self.lat = lat; self.lon = lon; self.acc = acc
-        self.speed = speed; self.course = course; self.alt = alt; self.vacc = vacc; self.mock = mock
+        self.speed = speed; self.course = course; self.alt = alt; self.vacc = vacc; self.mock = mock; self.batt = batt
     }
 
     public var timeMs: Int64 { Int64((t * 1000).rounded()) }

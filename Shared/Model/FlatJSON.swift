@@ -192,8 +192,8 @@ extension DeviceFix {
               let lon = o.double("lon").required, let acc = o.double("acc").required,
               let speed = o.double("speed").optional, let course = o.double("course").optional,
               let alt = o.double("alt").optional, let vacc = o.double("vacc").optional,
-              let mock = o.bool("mock").optional else { return nil }
-        self.init(t: t, lat: lat, lon: lon, acc: acc, speed: speed, course: course, alt: alt, vacc: vacc, mock: mock)
+              let mock = o.bool("mock").optional, let batt = o.double("batt").optional else { return nil }
+        self.init(t: t, lat: lat, lon: lon, acc: acc, speed: speed, course: course, alt: alt, vacc: vacc, mock: mock, batt: batt)
     }
 }
 

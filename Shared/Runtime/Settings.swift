@@ -45,7 +45,7 @@ public final class SettingsReader {
             throw ConfigError("--config", "cannot read \(path)")
         }
         let reader = SettingsReader(values: values, source: path)
-        try reader.applyEnvironment(environment)
+        try reader.applyEnvironment(environment, service: service)
         return reader
     }
 
@@ -55,13 +55,19 @@ public final class SettingsReader {
         ("TRACKER_DATA_DIR", "dataDir", false), ("TRACKER_TOPIC_PREFIX", "topicPrefix", false),
         ("TRACKER_INSTANCE", "instance", false),
     ]
+    /// One service's own variables, read by that service only (another would refuse them as unknown).
+    static let serviceEnvironmentKeys: [String: [(variable: String, key: String, numeric: Bool)]] = [
+        // tracker-http's port, and the broker listeners where it logs in as the requesting accounts.
+        "http": [("TRACKER_HTTP_PORT", "httpPort", true), ("TRACKER_GATE_PORT", "gatePort", true),
+                 ("TRACKER_OPERATOR_PORT", "operatorPort", true)],
+    ]
 
-    func applyEnvironment(_ environment: [String: String]) throws {
+    func applyEnvironment(_ environment: [String: String], service: String = "") throws {
         // A password from a file (a container's secret), so it is in no environment listing.
         if let path = environment["TRACKER_MQTT_PASSWORD_FILE"], environment["TRACKER_MQTT_PASSWORD"] == nil {
             values["mqttPassword"] = .string(try Self.password(fromFile: path))
         }
-        for (variable, key, numeric) in Self.environmentKeys {
+        for (variable, key, numeric) in Self.environmentKeys + (Self.serviceEnvironmentKeys[service] ?? []) {
             guard let raw = environment[variable] else { continue }
             if numeric {
                 guard let number = Double(raw) else { throw ConfigError(variable, "expected a number, got '\(raw)'") }

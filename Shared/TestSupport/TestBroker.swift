@@ -10,6 +10,8 @@ public final class TestBroker: @unchecked Sendable {
     public let port: Int32
     /// With accounts, the operator's listener (client ids kept as asked); otherwise `port`.
     public let operatorPort: Int32
+    /// With accounts, tracker-http's gate listener (config/mosquitto-logins.conf's 1887); otherwise `port`.
+    public let gatePort: Int32
     public let directory: URL
     private var process: ChildProcess
     private let executable: String
@@ -70,6 +72,7 @@ public final class TestBroker: @unchecked Sendable {
             let config = directory.appendingPathComponent("mosquitto.conf")
             var operatorPort: Int32?
             var webPort: Int32?
+            var gatePort: Int32?
             let common = """
                 persistence_location \(directory.path)/
                 # Started as root, mosquitto would switch to its own user, which cannot write here.
@@ -82,10 +85,12 @@ public final class TestBroker: @unchecked Sendable {
                 // The product's own broker configuration, on free ports and this directory's files.
                 operatorPort = try freePort()
                 webPort = try freePort()
+                gatePort = try freePort()
                 var product = try String(contentsOf: Repository.root.appendingPathComponent("config/mosquitto-logins.conf"), encoding: .utf8)
                 for (from, to) in [("listener 1883 127.0.0.1", "listener \(port) 127.0.0.1"),
                                    ("listener 1885 127.0.0.1", "listener \(operatorPort!) 127.0.0.1"),
                                    ("listener 1886 127.0.0.1", "listener \(webPort!) 127.0.0.1"),
+                                   ("listener 1887 127.0.0.1", "listener \(gatePort!) 127.0.0.1"),
                                    ("http_dir /usr/share/tracker/web", "http_dir \(webDirectory ?? Repository.root.appendingPathComponent("web").path)"),
                                    ("password_file /etc/tracker/passwords", "password_file \((accounts.passwordDirectory ?? directory).path)/passwords"),
                                    ("password_file /etc/tracker/operators", "password_file \((accounts.passwordDirectory ?? directory).path)/operators"),
@@ -119,10 +124,11 @@ public final class TestBroker: @unchecked Sendable {
             let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                          logFile: directory.appendingPathComponent("mosquitto.log").path)
             if waitForPort(port, timeout: 5), operatorPort.map({ waitForPort($0, timeout: 5) }) ?? true,
-               webPort.map({ waitForPort($0, timeout: 5) }) ?? true {
+               webPort.map({ waitForPort($0, timeout: 5) }) ?? true, gatePort.map({ waitForPort($0, timeout: 5) }) ?? true {
                 self.port = port
                 self.webPort = webPort
                 self.operatorPort = operatorPort ?? port
+                self.gatePort = gatePort ?? port
                 self.process = child
                 self.executable = executable
                 self.config = config

@@ -97,16 +97,7 @@ public struct FixParser: Sendable {
                 return .ignored(reason: "OwnTracks _type '\(envelope.type.prefix(40))\(envelope.type.count > 40 ? "…" : "")' is not a location")
             }
             let location = try JSONCoding.decoder.decode(OwnTracksLocation.self, from: Data(payload))
-            var result = validator.validate(location.deviceFix, source: .ownTracks, nowMs: nowMs)
-            if case .success(var fix) = result {
-                if let battery = location.batt {
-                    guard (0...100).contains(battery) else {
-                        return .fixes([.failure(InputProblem("batt: \(battery) is outside 0…100"))])
-                    }
-                    fix.batteryPct = battery
-                }
-                result = .success(fix)
-            }
+            let result = validator.validate(location.deviceFix, source: .ownTracks, nowMs: nowMs)
             return .fixes([result.mapError { InputProblem($0.message.replacingOccurrences(of: "speed:", with: "vel:")) }])
         } catch {
             return .refused(Self.problem(error))
@@ -327,7 +318,7 @@ struct OwnTracksLocation: Decodable {
 
     var deviceFix: DeviceFix {
         DeviceFix(t: tst, lat: lat, lon: lon, acc: acc ?? FixParser.ownTracksDefaultAccuracyM,
-                  speed: vel.map { $0 < 0 ? $0 : $0 / 3.6 }, course: cog, alt: alt, vacc: vac)
+                  speed: vel.map { $0 < 0 ? $0 : $0 / 3.6 }, course: cog, alt: alt, vacc: vac, batt: batt)
     }
 }
 

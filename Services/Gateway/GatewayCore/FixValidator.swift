@@ -78,12 +78,15 @@ public struct FixValidator: Sendable, Equatable {
             guard v.isFinite else { return .failure(InputProblem("vacc: not a finite number")) }
             if v < 0 { vacc = nil }
         }
+        if let battery = fix.batt, !(battery.isFinite && (0...100).contains(battery)) {
+            return .failure(InputProblem("batt: \(battery) is outside 0…100"))
+        }
         if fix.mock == true, mockPolicy == .reject {
             return .failure(InputProblem("mock: simulated fixes are refused by the gateway's mockPolicy"))
         }
         return .success(NormalizedFix(timeMs: timeMs, reading: Reading(latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc,
                                                                        speedMps: speed, courseDeg: course), altitudeM: fix.alt,
                                       verticalAccuracyM: vacc, mock: fix.mock == true ? true : nil,
-                                      batteryPct: nil, source: source))
+                                      batteryPct: fix.batt, source: source))
     }
 }

@@ -1,0 +1,299 @@
+import Bus
+import Foundation
+import HTTPCore
+import Model
+import Runtime
+import Synchronization
+import TrackerLog
+
+/// Where tracker-http logs in as the requesting account: the broker decides
+/// who it is (its password file) and what it may do (its ACL), exactly as
+/// for the account's own MQTT clients. Neither listener names the connection
+/// after its account, so the account's own MQTT connection (named after it on
+/// the devices' listener) is never taken over; every connection here is
+/// `tracker-http~{login}~{random}`, a client id no account's connection has.
+struct BrokerGate: Sendable {
+    var host: String
+    /// The listener for device and map-page accounts (the broker's password file).
+    var gatePort: Int32
+    /// The operators' listener (their own password file).
+    var operatorPort: Int32
+}
+
+/// One account's connection, shared by its requests until it falls idle.
+final class AccountSession: Sendable {
+    let login: String
+    let client: MQTTClient
+    /// Replies come here: every account may read `tracker/_map/{itself}/…` (the ACL's pattern).
+    let replyTopic: String
+    let topics: Topics
+    private let state: Mutex<State>
+
+    struct State {
+        var lastUsedMs: Int64
+        var live: [String: [UInt8]] = [:]
+        var liveSubscribed = false
+        var friends: [String: [UInt8]] = [:]
+        var friendsSubscribed = false
+        var streams: [Int: EventQueue] = [:]
+        var nextStream = 0
+        var eventFilters: Set<String> = []
+    }
+
+    init(login: String, client: MQTTClient, topics: Topics, nowMs: Int64) {
+        self.login = login; self.client = client; self.topics = topics
+        replyTopic = "\(topics.prefix)/_map/\(login)/\(client.options.clientID.split(separator: "~").last ?? "http")/reply"
+        state = Mutex(State(lastUsedMs: nowMs))
+    }
+
+    func touch(_ nowMs: Int64) { state.withLock { $0.lastUsedMs = nowMs } }
+
+    /// Idle since when; nil while an event stream is open.
+    var idleSinceMs: Int64? { state.withLock { $0.streams.isEmpty ? $0.lastUsedMs : nil } }
+
+    /// Everything the broker delivers to this account's connection (replies go to `request` first).
+    func received(_ message: MQTTMessage) {
+        let levels = message.topic.split(separator: "/", omittingEmptySubsequences: false)
+        if levels.count == 3, levels[0] == Substring(topics.prefix), levels[2] == "live" {
+            state.withLock { $0.live[String(levels[1])] = message.payload }
+        } else if levels.first == Substring(topics.ownTracksPrefix), levels.count >= 3, levels[1] == Substring(Topics.ownTracksFriendsUser) {
+            state.withLock { $0.friends[message.topic] = message.payload }
+        } else if levels.count == 3, levels[2] == "events" {
+            let queues = state.withLock { Array($0.streams.values) }
+            for queue in queues { queue.offer(message) }
+        }
+    }
+
+    // MARK: Reads and writes as the account
+
+    /// A command to a service, as the account: 403 if the ACL does not let it send it.
+    func command(_ device: DeviceID, _ name: String, args: [String: JSONValue], timeout: Duration) async throws -> CommandReply {
+        let request = CommandRequest(id: .string(UUID().uuidString.lowercased()), args: .object(args))
+        do {
+            let reply = try await client.request(MQTTMessage(topic: topics.command(device, name), payload: Array(JSONCoding.encode(request))),
+                                                 responseTopic: replyTopic, timeout: timeout)
+            return try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
+        } catch MQTTError.publishRefused {
+            throw HTTPError.forbidden("the broker's ACL does not let '\(login)' send \(name) for \(device)")
+        } catch MQTTError.timedOut {
+            throw HTTPError(504, .timeout, "no service answered \(name) for \(device) within \(timeout)")
+        } catch let error as DecodingError {
+            throw HTTPError(502, .internal, "\(name): the reply was not a command reply (\(DecodingErrorText.describe(error)))")
+        }
+    }
+
+    /// Publishes as the account and waits for the broker: 403 if the ACL refuses the topic.
+    func publish(_ message: MQTTMessage, what: String) async throws {
+        do {
+            try await client.publishAndWait(message, timeout: .seconds(10))
+        } catch MQTTError.publishRefused {
+            throw HTTPError.forbidden("the broker's ACL does not let '\(login)' publish \(what)")
+        } catch MQTTError.timedOut {
+            throw HTTPError(503, .busy, "the broker did not acknowledge \(what) in time")
+        }
+    }
+
+    /// The live frames the account may read, by device. Subscribed once; the
+    /// second SUBACK follows every retained frame of the first (the broker
+    /// answers a client's packets in order), so all have arrived by then.
+    func liveFrames() async throws -> [String: [UInt8]] {
+        if !state.withLock({ $0.liveSubscribed }) {
+            let filter = "\(topics.prefix)/+/live"
+            try await client.subscribe([filter], qos: .atMostOnce)
+            try await client.subscribe([filter], qos: .atMostOnce)
+            state.withLock { $0.liveSubscribed = true }
+        }
+        return state.withLock { $0.live }
+    }
+
+    /// The friends the account may read (`owntracks/_tracker/…`, its teammates), as OwnTracks HTTP mode answers.
+    func friends(except own: DeviceID?) async throws -> [[UInt8]] {
+        if !state.withLock({ $0.friendsSubscribed }) {
+            let filters = ["\(topics.ownTracksPrefix)/\(Topics.ownTracksFriendsUser)/+", "\(topics.ownTracksPrefix)/\(Topics.ownTracksFriendsUser)/+/info"]
+            try await client.subscribe(filters)
+            try await client.subscribe(filters)
+            state.withLock { $0.friendsSubscribed = true }
+        }
+        let ownTopic = own.map { topics.friendLocation($0) }
+        return state.withLock { s in
+            s.friends.keys.sorted().filter { $0 != ownTopic && $0 != ownTopic.map { $0 + "/info" } }.compactMap { topic in
+                // The apps key a friend by its topic: it goes into each object, as Recorder does.
+                guard var object = (try? JSONSerialization.jsonObject(with: Data(s.friends[topic]!))) as? [String: Any] else { return nil }
+                object["topic"] = topic.hasSuffix("/info") ? String(topic.dropLast(5)) : topic
+                return (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])).map { Array($0) }
+            }
+        }
+    }
+
+    /// An event stream of what the account may read on `filter`.
+    func openEvents(_ filter: String, queue: EventQueue) async throws -> Int {
+        let id = state.withLock { s -> Int in
+            defer { s.nextStream += 1 }
+            s.streams[s.nextStream] = queue
+            return s.nextStream
+        }
+        if !state.withLock({ $0.eventFilters.contains(filter) }) {
+            try await client.subscribe([filter], qos: .atMostOnce)
+            state.withLock { _ = $0.eventFilters.insert(filter) }
+        }
+        return id
+    }
+
+    func closeEvents(_ id: Int, nowMs: Int64) {
+        state.withLock { s in
+            s.streams[id] = nil
+            s.lastUsedMs = nowMs
+        }
+    }
+
+    func closeAllStreams() {
+        for queue in state.withLock({ Array($0.streams.values) }) { queue.close() }
+    }
+}
+
+/// The accounts' sessions: one per login and password, opened on first use,
+/// closed when idle; at most `max`.
+actor AccountSessions {
+    let gate: BrokerGate
+    let topics: Topics
+    let max: Int
+    let idleMs: Int64
+    let clock: any WallClock
+    let logger: Logger
+    private var sessions: [Key: Task<AccountSession, any Error>] = [:]
+
+    struct Key: Hashable { var login: String; var password: String }
+
+    init(gate: BrokerGate, topics: Topics, max: Int, idleMs: Int64, clock: any WallClock, logger: Logger) {
+        self.gate = gate; self.topics = topics; self.max = max; self.idleMs = idleMs; self.clock = clock; self.logger = logger
+    }
+
+    var count: Int { sessions.count }
+
+    /// The account's session, logged in if need be: 401 when the broker refuses the login on both listeners.
+    func session(_ credentials: Credentials) async throws -> AccountSession {
+        let login = credentials.username
+        guard !login.contains(where: { "/+#".contains($0) }), login.utf8.count <= 256 else { throw HTTPError.unauthorized }
+        let key = Key(login: login, password: credentials.password)
+        if let task = sessions[key] {
+            let session = try await task.value
+            session.touch(clock.nowMs())
+            return session
+        }
+        guard sessions.count < max else { throw HTTPError(503, .busy, "tracker-http holds \(max) accounts' sessions (maxSessions); try again shortly") }
+        let task = Task { [gate, topics, clock, logger] in
+            try await Self.open(credentials, gate: gate, topics: topics, nowMs: clock.nowMs(), logger: logger)
+        }
+        sessions[key] = task
+        do {
+            return try await task.value
+        } catch {
+            sessions[key] = nil
+            throw error
+        }
+    }
+
+    private static func open(_ credentials: Credentials, gate: BrokerGate, topics: Topics, nowMs: Int64, logger: Logger) async throws -> AccountSession {
+        let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 36)
+        var refused = false
+        for port in gate.gatePort == gate.operatorPort ? [gate.gatePort] : [gate.gatePort, gate.operatorPort] {
+            let client = try MQTTClient(MQTTOptions(host: gate.host, port: port, clientID: "tracker-http~\(credentials.username)~\(suffix)",
+                                                    cleanStart: true, sessionExpirySec: 0, username: credentials.username,
+                                                    password: credentials.password, protocolVersion: .v5))
+            do {
+                try await client.connect(timeout: .seconds(5))
+            } catch MQTTError.refused(let code, _) where [0x86, 0x87, 0x8C, 4, 5].contains(code) {
+                refused = true
+                await client.disconnect(timeout: .seconds(1))
+                continue
+            } catch {
+                await client.disconnect(timeout: .seconds(1))
+                logger.warning("the broker is not reachable for an account's session", ["port": "\(port)", "error": "\(error)"])
+                throw HTTPError(503, .busy, "the broker is not reachable; try again shortly")
+            }
+            let session = AccountSession(login: credentials.username, client: client, topics: topics, nowMs: nowMs)
+            client.setHandler { message in session.received(message) }
+            try await client.subscribe([session.replyTopic])
+            return session
+        }
+        throw refused ? HTTPError.unauthorized : HTTPError(503, .busy, "the broker is not reachable")
+    }
+
+    /// Closes the sessions idle for `idleMs` (an open event stream keeps one).
+    func closeIdle() async {
+        let now = clock.nowMs()
+        for (key, task) in sessions {
+            guard let session = try? await task.value else { continue }
+            if let since = session.idleSinceMs, now - since >= idleMs {
+                sessions[key] = nil
+                await session.client.disconnect(timeout: .seconds(2))
+            }
+        }
+    }
+
+    func closeAll() async {
+        for task in sessions.values {
+            guard let session = try? await task.value else { continue }
+            session.closeAllStreams()
+            await session.client.disconnect(timeout: .seconds(2))
+        }
+        sessions.removeAll()
+    }
+}
+
+/// Events waiting for one Server-Sent Events response; the connection's
+/// thread blocks in `next` (libmicrohttpd gives each connection its own).
+final class EventQueue: EventSource, @unchecked Sendable {
+    private let condition = NSCondition()
+    private var items: [[UInt8]] = []
+    private var closed = false
+    private var nextID = 1
+    private let keepAlive: TimeInterval
+    /// Bounded: a reader too slow for the fleet's events loses the oldest, and is told.
+    private let capacity = 10_000
+    private var dropped = 0
+    var onClose: (@Sendable () -> Void)?
+
+    init(keepAlive: TimeInterval = 15) { self.keepAlive = keepAlive }
+
+    func offer(_ message: MQTTMessage) {
+        condition.lock()
+        defer { condition.unlock() }
+        guard !closed else { return }
+        let type = (try? JSONCoding.decoder.decode(EventType.self, from: Data(message.payload)))?.type ?? "event"
+        var frame = "id: \(nextID)\nevent: \(type)\ndata: ".utf8.map { $0 }
+        frame += message.payload.filter { $0 != 0x0A && $0 != 0x0D }
+        frame += Array("\n\n".utf8)
+        nextID += 1
+        if items.count >= capacity { items.removeFirst(); dropped += 1 }
+        items.append(frame)
+        condition.signal()
+    }
+
+    func next() -> [UInt8]? {
+        condition.lock()
+        defer { condition.unlock() }
+        while items.isEmpty && !closed {
+            // A comment now and then keeps proxies from closing a quiet stream.
+            if !condition.wait(until: Date().addingTimeInterval(keepAlive)) { return Array(": keep-alive\n\n".utf8) }
+        }
+        if closed { return nil }
+        var chunk = items.removeFirst()
+        if dropped > 0 {
+            chunk = Array("event: dropped\ndata: {\"count\":\(dropped)}\n\n".utf8) + chunk
+            dropped = 0
+        }
+        return chunk
+    }
+
+    func close() {
+        condition.lock()
+        let first = !closed
+        closed = true
+        condition.broadcast()
+        condition.unlock()
+        if first { onClose?() }
+    }
+
+    private struct EventType: Decodable { var type: String }
+}

@@ -1,0 +1,3 @@
+import Foundation
+
+exit(await HTTPService.run())
