@@ -18,7 +18,6 @@ struct API: Sendable {
     let services: ServiceStatuses
 
     func handle(_ request: HTTPRequest) async -> HTTPResponse {
-        counters.count("requests")
         let response: HTTPResponse
         do {
             response = try await respond(try APIRoute.match(request).get(), request)
@@ -28,6 +27,9 @@ struct API: Sendable {
             response = HTTPError(500, .internal, "\(error)").response
         }
         counters.count("status\(response.status / 100)xx")
+        // Health's figures, as every service's: requests handled, and those refused for what they said or who sent them.
+        counters.processed()
+        if response.status >= 400 { counters.error() }
         return response
     }
 
