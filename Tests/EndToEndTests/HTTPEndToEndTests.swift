@@ -190,6 +190,54 @@ extension HeavySuites {
             }
         }
 
+        /// docs/openapi.json is the routes: each operation, with its documented examples, answers 200.
+        @Test func everyRouteInTheOpenAPIDocumentAnswers() async throws {
+            let run = try await Self.start()
+            defer { run.stop() }
+            let now = Int(Date().timeIntervalSince1970)
+            for i in 0..<3 {
+                _ = try run.curl(run.user("devA") + ["-X", "POST", "\(run.base)/?id=devA&timestamp=\(now - 10 + i)&lat=\(48.1 + Double(i) * 0.0001)&lon=11.5&accuracy=5"])
+            }
+            let ctl = try await run.constellation.operatorClient()
+            try await Replay.waitCount(of: "devA", 1, with: ctl)
+            await ctl.disconnect()
+            let sessions = try run.curl(run.user("trackerctl") + ["\(run.base)/api/v1/devices/devA/sessions"])
+            let session = try #require((sessions.json as? [[String: Any]])?.first?["id"] as? String, "\(sessions)")
+            let document = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: Repository.root.appendingPathComponent("docs/openapi.json"))) as? [String: Any])
+            let paths = try #require(document["paths"] as? [String: [String: Any]])
+            func fill(_ text: String) -> String {
+                text.replacingOccurrences(of: "{now}", with: "\(now)").replacingOccurrences(of: "{nowMs}", with: "\(now * 1000 + 1000)")
+                    .replacingOccurrences(of: "{dayAgoMs}", with: "\(now * 1000 - 86_400_000)")
+                    .replacingOccurrences(of: "{session}", with: session)
+            }
+            var answered = 0
+            for (path, operations) in paths.sorted(by: { $0.key < $1.key }) {
+                for (method, value) in operations.sorted(by: { $0.key < $1.key }) {
+                    guard let operation = value as? [String: Any] else { continue }
+                    var url = path, query: [String] = [], headers: [String] = []
+                    for parameter in operation["parameters"] as? [[String: Any]] ?? [] {
+                        guard let name = parameter["name"] as? String, let example = (parameter["example"] as? String).map(fill) else { continue }
+                        switch parameter["in"] as? String {
+                        case "path": url = url.replacingOccurrences(of: "{\(name)}", with: example)
+                        case "query": query.append("\(name)=\(example.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? example)")
+                        case "header": headers += ["-H", "\(name): \(example)"]
+                        default: break
+                        }
+                    }
+                    var arguments = run.user(operation["x-account"] as? String ?? "trackerctl") + headers + ["-X", method.uppercased()]
+                    if let body = ((operation["requestBody"] as? [String: Any])?["content"] as? [String: [String: Any]])?["application/json"]?["example"] {
+                        let text = fill(String(decoding: try JSONSerialization.data(withJSONObject: body), as: UTF8.self)).replacingOccurrences(of: "\"\(now)\"", with: "\(now)")
+                        arguments += ["-H", "Content-Type: application/json", "--data", text]
+                    }
+                    if path == "/api/v1/events" { arguments = ["--max-time", "2"] + arguments }
+                    let answer = try run.curl(arguments + ["\(run.base)\(url)" + (query.isEmpty ? "" : "?" + query.joined(separator: "&"))])
+                    #expect(answer.status == 200, "\(method.uppercased()) \(url): \(answer)")
+                    answered += 1
+                }
+            }
+            #expect(answered == 17, "every operation in docs/openapi.json was asked")
+        }
+
         @Test func hostileRequestsGetAClear4xxAndStallNobody() async throws {
             let run = try await Self.start(["maxBodyBytes": 2048, "requestTimeoutSec": 1])
             defer { run.stop() }
