@@ -4,7 +4,7 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE"
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE"
 
 /// The positive whole number at `arguments[index]`, or `fallback` when
 /// there is none. Anything else is refused by name: a word was read as the
@@ -67,6 +67,8 @@ do {
         try MotionLoop.run()
     case "geofence":
         try GeofenceBench.run(verbose: arguments.contains("-v"))
+    case "http":
+        try await HTTPBench.run(count: count)
     case "memory":
         try await MemoryBench.run(count: count, devices: try positiveArgument(2, default: 10_000))
     case "host":

@@ -462,18 +462,22 @@ public final class MQTTClient: @unchecked Sendable {
         await withTimer(timeout, expire, body)
     }
 
-    /// The timer is a child task, cancelled as soon as `body` returns.
+    /// The timer is a dispatch timer, cancelled (and freed) as soon as `body`
+    /// returns. Not a sleeping child task: a cancelled `Task.sleep` keeps its
+    /// timer until the deadline, so thousands of requests a second each
+    /// waiting 10 s held hundreds of thousands of them (tracker-http grew to
+    /// 150 MB and slowed). `expire` may still run just after `body` returned;
+    /// every one only fails a waiter that is still registered.
     private func withTimer<T: Sendable>(_ timeout: Duration, _ expire: @escaping @Sendable () -> Void, _ body: () async -> T) async -> T {
-        await withTaskGroup(of: Void.self) { timer in
-            timer.addTask {
-                // Cancelled: the body returned first.
-                do { try await Task.sleep(for: timeout) } catch { return }
-                expire()
-            }
-            defer { timer.cancelAll() }
-            return await body()
-        }
+        let timer = DispatchSource.makeTimerSource(queue: Self.timers)
+        timer.schedule(deadline: .now() + .milliseconds(Int(min(timeout, .seconds(86_400)).milliseconds)))
+        timer.setEventHandler(handler: expire)
+        timer.resume()
+        defer { timer.cancel() }
+        return await body()
     }
+
+    private static let timers = DispatchQueue(label: "tracker.mqtt.timers")
 
     static func from(_ userdata: UnsafeMutableRawPointer?) -> MQTTClient? {
         userdata.map { Unmanaged<MQTTClient>.fromOpaque($0).takeUnretainedValue() }

@@ -83,6 +83,10 @@ extension HeavySuites {
             // Another device's fixes: the ACL refuses devA, and tracker-http says so.
             let other = try run.curl(run.user("devA") + ["-X", "POST", "\(run.base)/?id=devB&timestamp=\(now)&lat=48.1&lon=11.5"])
             #expect(other.status == 403 && other.code == "forbidden", "\(other)")
+            // A map page's account only reads; an operator may send a device's fixes.
+            let byMap = try run.curl(run.user("tracker-map") + ["-X", "POST", "\(run.base)/?id=devA&timestamp=\(now + 5)&lat=48.1&lon=11.5"])
+            #expect(byMap.status == 403 && byMap.code == "forbidden", "\(byMap)")
+            #expect(try await Self.mqttAllowed("tracker-map", "tracker/devA/fixes", run) == false)
             // A plain device name without credentials is no credential.
             let anonymous = try run.curl(["-X", "POST", "\(run.base)/?id=devA&timestamp=\(now)&lat=48.1&lon=11.5"])
             #expect(anonymous.status == 401 && anonymous.code == "unauthorized" && anonymous.headers.contains("WWW-Authenticate: Basic"), "\(anonymous)")

@@ -177,8 +177,14 @@ actor AccountSessions {
         let key = Key(login: login, password: credentials.password)
         if let task = sessions[key] {
             let session = try await task.value
-            session.touch(clock.nowMs())
-            return session
+            // The broker closes a login removed from its password file (or any, when it restarts): log in again.
+            if session.client.isConnected {
+                session.touch(clock.nowMs())
+                return session
+            }
+            sessions[key] = nil
+            session.closeAllStreams()
+            await session.client.disconnect(timeout: .seconds(1))
         }
         guard sessions.count < max else { throw HTTPError(503, .busy, "tracker-http holds \(max) accounts' sessions (maxSessions); try again shortly") }
         let task = Task { [gate, topics, clock, logger] in
@@ -187,11 +193,22 @@ actor AccountSessions {
         sessions[key] = task
         do {
             return try await task.value
+        } catch let unreachable as Unreachable {
+            sessions[key] = nil
+            // Said once in ten seconds, not once a request.
+            if clock.nowMs() - lastUnreachableLogMs >= 10_000 {
+                lastUnreachableLogMs = clock.nowMs()
+                logger.warning("the broker is not reachable for an account's session", ["port": "\(unreachable.port)", "error": unreachable.error])
+            }
+            throw HTTPError(503, .busy, "the broker is not reachable; try again shortly")
         } catch {
             sessions[key] = nil
             throw error
         }
     }
+
+    private var lastUnreachableLogMs: Int64 = .min / 2
+    struct Unreachable: Error { var port: Int32; var error: String }
 
     private static func open(_ credentials: Credentials, gate: BrokerGate, topics: Topics, nowMs: Int64, logger: Logger) async throws -> AccountSession {
         let suffix = String(UInt64.random(in: 0...UInt64.max), radix: 36)
@@ -208,8 +225,7 @@ actor AccountSessions {
                 continue
             } catch {
                 await client.disconnect(timeout: .seconds(1))
-                logger.warning("the broker is not reachable for an account's session", ["port": "\(port)", "error": "\(error)"])
-                throw HTTPError(503, .busy, "the broker is not reachable; try again shortly")
+                throw Unreachable(port: port, error: "\(error)")
             }
             let session = AccountSession(login: credentials.username, client: client, topics: topics, nowMs: nowMs)
             client.setHandler { message in session.received(message) }
