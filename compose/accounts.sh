@@ -8,16 +8,17 @@ set -eu
 dir=${ACCOUNTS_DIR:-/accounts}
 umask 077
 touch "$dir/passwords" "$dir/operators"
-for account in tracker-gateway tracker-filter tracker-motion tracker-track tracker-uploader trackerctl tracker-map; do
+for account in tracker-gateway tracker-filter tracker-motion tracker-track tracker-uploader tracker-http trackerctl tracker-map; do
   [ -s "$dir/$account" ] || head -c 18 /dev/urandom | base64 | tr -d '/+=\n' > "$dir/$account"
   secret=$(cat "$dir/$account")
   mosquitto_passwd -b "$dir/passwords" "$account" "$secret"
-  # A service's output connection logs in as its twin, with the same password.
-  # The operators' listener admits trackerctl and the services (their health
-  # checks run trackerctl there as the service), never a device or a page.
+  # A service's output connection logs in as its twin, with the same password
+  # (tracker-http has one connection of its own, so no twin). The operators'
+  # listener admits trackerctl and the services (their health checks run
+  # trackerctl there as the service), never a device or a page.
   case $account in
     tracker-map) ;;
-    trackerctl) mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
+    trackerctl|tracker-http) mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
     tracker-*) mosquitto_passwd -b "$dir/passwords" "$account-out" "$secret"
                mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
   esac
