@@ -28,10 +28,10 @@ import Testing
         #expect(try String(contentsOf: accounts.appendingPathComponent("tracker-gateway"), encoding: .utf8) == secret)
         let users = try String(contentsOf: accounts.appendingPathComponent("passwords"), encoding: .utf8)
             .split(separator: "\n").map { String($0.prefix { $0 != ":" }) }
-        #expect(Set(users) == Set(Constellation.services.flatMap { ["tracker-\($0)", "tracker-\($0)-out"] } + ["trackerctl", "tracker-map"]))
+        #expect(Set(users) == Set(Constellation.services.flatMap { ["tracker-\($0)", "tracker-\($0)-out"] } + ["trackerctl", "tracker-map", "tracker-http"]))
 
         // compose/mosquitto.conf as the broker container reads it, on free ports and local paths.
-        let (port, operatorPort, webPort) = (try freePort(), try freePort(), try freePort())
+        let (port, operatorPort, webPort, gatePort) = (try freePort(), try freePort(), try freePort(), try freePort())
         // What the broker image's build does: the page and its libraries, beside the broker.
         let web = dir.appendingPathComponent("web")
         let build = try ChildProcess(executable: root.appendingPathComponent("scripts/build-web").path, arguments: [web.path],
@@ -41,6 +41,7 @@ import Testing
             .replacingOccurrences(of: "listener 1883 0.0.0.0", with: "listener \(port) 127.0.0.1")
             .replacingOccurrences(of: "listener 1885 0.0.0.0", with: "listener \(operatorPort) 127.0.0.1")
             .replacingOccurrences(of: "listener 9001 0.0.0.0", with: "listener \(webPort) 127.0.0.1")
+            .replacingOccurrences(of: "listener 1887 0.0.0.0", with: "listener \(gatePort) 127.0.0.1")
             .replacingOccurrences(of: "/mosquitto/web", with: web.path)
             .replacingOccurrences(of: "/mosquitto/accounts/", with: accounts.path + "/")
             .replacingOccurrences(of: "/mosquitto/config/acl", with: root.appendingPathComponent("config/acl").path)
