@@ -115,6 +115,23 @@ extension FixSource: JSONWritable {}
 
 extension MotionState: JSONWritable {}
 
+extension DeviceFix: JSONWritable {
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        w.field("acc", acc)
+        w.field("alt", alt)
+        w.field("batt", batt)
+        w.field("course", course)
+        w.field("lat", lat)
+        w.field("lon", lon)
+        w.field("mock", mock)
+        w.field("speed", speed)
+        w.field("t", t)
+        w.field("vacc", vacc)
+        w.endObject()
+    }
+}
+
 extension RawFix: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()

@@ -26,6 +26,30 @@ struct API: Sendable {
         } catch {
             response = HTTPError(500, .internal, "\(error)").response
         }
+        return counted(response)
+    }
+
+    /// The hot path, on the connection's own thread with no task: a fix from
+    /// an account whose broker connection is open. Nil: take `handle`.
+    func handleBlocking(_ request: HTTPRequest) -> HTTPResponse? {
+        guard case .success(.osmAnd) = APIRoute.match(request) else { return nil }
+        let response: HTTPResponse
+        do {
+            let (device, credentials, parsed) = try osmAndTarget(request)
+            guard let session = sessions.cached(credentials) else { return nil }
+            if let refusal = throttled(request.clientAddress) { throw refusal }
+            try session.publishBlocking(MQTTMessage(topic: topics.fixes(device), payload: Self.payload(parsed)), what: "fixes of \(device)")
+            counters.count("fixesIn", Int64(parsed.fixes.count))
+            response = .empty
+        } catch let error as HTTPError {
+            response = error.response
+        } catch {
+            return nil
+        }
+        return counted(response)
+    }
+
+    private func counted(_ response: HTTPResponse) -> HTTPResponse {
         counters.count("status\(response.status / 100)xx")
         // Health's figures, as every service's: requests handled, and those refused for what they said or who sent them.
         counters.processed()
@@ -86,23 +110,28 @@ struct API: Sendable {
 
     /// OsmAnd (Traccar Client): one fix, or the Flutter app's list, on `tracker/{id}/fixes` as the account.
     private func osmAnd(_ request: HTTPRequest) async throws -> HTTPResponse {
-        let parsed = try OsmAndRequest.parse(request, nowMs: clock.nowMs()).get()
-        let device: DeviceID
-        let credentials: Credentials
-        if let basic = Credentials.basic(request.header("authorization")) {
-            guard let id = DeviceID(parsed.id) else { throw HTTPError.badInput("id: '\(parsed.id.prefix(80))' is not a device id") }
-            (device, credentials) = (id, basic)
-        } else if case .ingestToken(let id, _)? = IngestToken.parse(parsed.id), let token = IngestToken.parse(parsed.id) {
-            (device, credentials) = (id, token)
-        } else {
-            // A plain device name is no credential: anyone could send it.
-            throw HTTPError.unauthorized
-        }
+        let (device, credentials, parsed) = try osmAndTarget(request)
         let session = try await session(credentials, from: request)
-        let payload = parsed.fixes.count == 1 ? JSONCoding.encode(parsed.fixes[0]) : JSONCoding.encode(parsed.fixes)
-        try await session.publish(MQTTMessage(topic: topics.fixes(device), payload: Array(payload)), what: "fixes of \(device)")
+        try await session.publish(MQTTMessage(topic: topics.fixes(device), payload: Self.payload(parsed)), what: "fixes of \(device)")
         counters.count("fixesIn", Int64(parsed.fixes.count))
         return .empty
+    }
+
+    /// Whose fixes, sent as whom: HTTP Basic and a device id, or an ingest token alone.
+    private func osmAndTarget(_ request: HTTPRequest) throws -> (DeviceID, Credentials, OsmAndRequest) {
+        let parsed = try OsmAndRequest.parse(request, nowMs: clock.nowMs()).get()
+        if let basic = Credentials.basic(request.header("authorization")) {
+            guard let id = DeviceID(parsed.id) else { throw HTTPError.badInput("id: '\(parsed.id.prefix(80))' is not a device id") }
+            return (id, basic, parsed)
+        }
+        if let token = IngestToken.parse(parsed.id), case .ingestToken(let id, _) = token { return (id, token, parsed) }
+        // A plain device name is no credential: anyone could send it.
+        throw HTTPError.unauthorized
+    }
+
+    /// One fix as the contract's object, several as its array.
+    private static func payload(_ request: OsmAndRequest) -> [UInt8] {
+        Array(request.fixes.count == 1 ? JSONCoding.encode(request.fixes[0]) : JSONCoding.encode(request.fixes))
     }
 
     /// OwnTracks HTTP mode: the message takes the path it takes over MQTT, and the answer is the app's friends.
@@ -139,12 +168,15 @@ struct API: Sendable {
     }
 
     /// The account's session; wrong credentials count against the client's address, never against the account.
+    private func throttled(_ address: String) -> HTTPError? {
+        guard let waitMs = throttle.withLock({ $0.check(address, nowMs: clock.nowMs()) }) else { return nil }
+        counters.count("throttled")
+        return HTTPError(429, .limitReached, "too many failed logins from \(address); try again in \(max(1, waitMs / 1000)) s")
+    }
+
     private func session(_ credentials: Credentials, from request: HTTPRequest) async throws -> AccountSession {
         let address = request.clientAddress
-        if let waitMs = throttle.withLock({ $0.check(address, nowMs: clock.nowMs()) }) {
-            counters.count("throttled")
-            throw HTTPError(429, .limitReached, "too many failed logins from \(address); try again in \(max(1, waitMs / 1000)) s")
-        }
+        if let refusal = throttled(address) { throw refusal }
         do {
             let session = try await sessions.session(credentials)
             throttle.withLock { $0.succeeded(address) }

@@ -82,6 +82,23 @@ final class AccountSession: Sendable {
         }
     }
 
+    /// `publish` for a thread that may block (a libmicrohttpd connection's
+    /// own): no task, no hop to the Swift pool, the wait a semaphore's.
+    func publishBlocking(_ message: MQTTMessage, what: String, timeout: Duration = .seconds(10)) throws {
+        let done = DispatchSemaphore(value: 0)
+        let outcome = Mutex<Result<Void, MQTTError>?>(nil)
+        try client.publish(message) { result in
+            outcome.withLock { $0 = result }
+            done.signal()
+        }
+        guard done.wait(timeout: .now() + .milliseconds(Int(timeout.milliseconds))) == .success,
+              let result = outcome.withLock({ $0 }) else {
+            throw HTTPError(503, .busy, "the broker did not acknowledge \(what) in time")
+        }
+        if case .failure(.publishRefused) = result { throw HTTPError.forbidden("the broker's ACL does not let '\(login)' publish \(what)") }
+        if case .failure(let error) = result { throw HTTPError(503, .busy, "\(what): \(error)") }
+    }
+
     /// Publishes as the account and waits for the broker: 403 if the ACL refuses the topic.
     func publish(_ message: MQTTMessage, what: String) async throws {
         do {
@@ -161,6 +178,16 @@ actor AccountSessions {
     let clock: any WallClock
     let logger: Logger
     private var sessions: [Key: Task<AccountSession, any Error>] = [:]
+    /// The open sessions, for a blocking thread to find without a hop onto the actor.
+    private nonisolated let open = Mutex<[Key: AccountSession]>([:])
+
+    /// The account's session when it is open and connected; nil: ask `session`.
+    nonisolated func cached(_ credentials: Credentials) -> AccountSession? {
+        guard let session = open.withLock({ $0[Key(login: credentials.username, password: credentials.password)] }),
+              session.client.isConnected else { return nil }
+        session.touch(clock.nowMs())
+        return session
+    }
 
     struct Key: Hashable { var login: String; var password: String }
 
@@ -183,6 +210,7 @@ actor AccountSessions {
                 return session
             }
             sessions[key] = nil
+            open.withLock { _ = $0.removeValue(forKey: key) }
             session.closeAllStreams()
             await session.client.disconnect(timeout: .seconds(1))
         }
@@ -192,7 +220,9 @@ actor AccountSessions {
         }
         sessions[key] = task
         do {
-            return try await task.value
+            let session = try await task.value
+            open.withLock { $0[key] = session }
+            return session
         } catch let unreachable as Unreachable {
             sessions[key] = nil
             // Said once in ten seconds, not once a request.
@@ -242,6 +272,7 @@ actor AccountSessions {
             guard let session = try? await task.value else { continue }
             if let since = session.idleSinceMs, now - since >= idleMs {
                 sessions[key] = nil
+                open.withLock { _ = $0.removeValue(forKey: key) }
                 await session.client.disconnect(timeout: .seconds(2))
             }
         }
@@ -254,6 +285,7 @@ actor AccountSessions {
             await session.client.disconnect(timeout: .seconds(2))
         }
         sessions.removeAll()
+        open.withLock { $0.removeAll() }
     }
 }
 

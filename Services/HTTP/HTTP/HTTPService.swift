@@ -67,7 +67,8 @@ enum HTTPService {
                                        topics: topics, max: http.maxSessions, idleMs: Int64(http.sessionIdleSec * 1000), clock: clock, logger: logger)
             let api = API(sessions: sessions, throttle: Throttle(LoginThrottle(limit: http.loginFailuresPerMinute)), counters: counters,
                           topics: topics, clock: clock, commandTimeout: .milliseconds(Int64(http.commandTimeoutSec * 1000)), services: statuses)
-            server = MHDServer(host: http.httpHost, port: UInt16(http.httpPort), limits: http.limits, logger: logger) { await api.handle($0) }
+            server = MHDServer(host: http.httpHost, port: UInt16(http.httpPort), limits: http.limits, logger: logger,
+                               blocking: { api.handleBlocking($0) }) { await api.handle($0) }
             _ = try server.start()
         } catch {
             FileHandle.standardError.write(Data("tracker-http: \(error)\n".utf8))

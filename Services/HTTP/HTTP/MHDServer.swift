@@ -13,6 +13,8 @@ import TrackerLog
 /// handler runs on the Swift pool while the connection's thread waits.
 final class MHDServer: LongRunning, @unchecked Sendable {
     typealias Handler = @Sendable (HTTPRequest) async -> HTTPResponse
+    /// Tried first, on the connection's thread; nil hands the request to `handler`.
+    typealias BlockingHandler = @Sendable (HTTPRequest) -> HTTPResponse?
 
     struct Limits: Sendable {
         var maxBodyBytes: Int
@@ -26,6 +28,7 @@ final class MHDServer: LongRunning, @unchecked Sendable {
     let requestedPort: UInt16
     let limits: Limits
     let handler: Handler
+    let blocking: BlockingHandler
     let logger: Logger
     private let stopping = StopRequest()
     /// The running daemon (libmicrohttpd's handle, used from the thread that starts and the one that stops it).
@@ -34,8 +37,10 @@ final class MHDServer: LongRunning, @unchecked Sendable {
     /// The open event streams, closed before the daemon stops (their threads wait in them).
     private let streams = Mutex<[ObjectIdentifier: any EventSource]>([:])
 
-    init(host: String, port: UInt16, limits: Limits, logger: Logger, handler: @escaping Handler) {
+    init(host: String, port: UInt16, limits: Limits, logger: Logger, blocking: @escaping BlockingHandler = { _ in nil },
+         handler: @escaping Handler) {
         self.host = host; self.requestedPort = port; self.limits = limits; self.logger = logger; self.handler = handler
+        self.blocking = blocking
     }
 
     /// Binds the port (0: one the kernel picks); throws when it cannot.
@@ -123,6 +128,7 @@ final class MHDServer: LongRunning, @unchecked Sendable {
 
     /// Runs the handler on the Swift pool; this connection's own thread waits for it.
     private func wait(for request: HTTPRequest) -> HTTPResponse {
+        if let response = blocking(request) { return response }
         let done = DispatchSemaphore(value: 0)
         let result = Mutex<HTTPResponse?>(nil)
         let handler = self.handler
