@@ -10,6 +10,15 @@ import Foundation
 public enum Odometer {
     /// Closer in time than this, the chord is the way (ms).
     static let curveFromMs: Int64 = 2_500
+    /// Further apart than this (the track service's `trackingGapAfterSec`
+    /// by default), the device was dark (a dead battery, a phone in a
+    /// drawer) and nothing tells the way it went: the chord counts, as the
+    /// track's gaps do. A curve with tangents scaled by a whole gap loops far
+    /// off the line: a 15-minute gap came out 22–37 % long. Shorter intervals
+    /// keep the curve: published points of a device without Doppler are often
+    /// minutes apart while it creeps or stands (a minute's cap shortened those
+    /// odometers by 0.2–0.7 % in the sweeps).
+    static let curveUpToMs: Int64 = 600_000
     /// The curve is trusted up to this multiple of the chord: longer, the
     /// velocities disagree with the positions (a U-turn, a wrong estimate)
     /// and the chord is the honest count.
@@ -20,7 +29,7 @@ public enum Odometer {
     static func distance(from a: DeviceFilterState.AcceptedPoint, to b: DeviceFilterState.AcceptedPoint) -> Double {
         let chord = hypot(b.x - a.x, b.y - a.y)
         let dtMs = b.timeMs - a.timeMs
-        guard dtMs >= curveFromMs, let ae = a.ve, let an = a.vn, let be = b.ve, let bn = b.vn else { return chord }
+        guard dtMs >= curveFromMs, dtMs <= curveUpToMs, let ae = a.ve, let an = a.vn, let be = b.ve, let bn = b.vn else { return chord }
         let dt = Double(dtMs) / 1000
         // The speeds must tell the same story as the positions: a device
         // that moved about as far as it was going fast. Otherwise (creeping
