@@ -125,6 +125,18 @@ extension HeavySuites {
             let read = try run.curl(["-u", "ingest.devA:\(secret)", "\(run.base)/api/v1/devices/devA/sessions"])
             #expect(read.status == 403, "\(read)")
             #expect(raw.messages.count == 1)
+            // Revoked (its login gone from the password file, the broker told): the next request is refused,
+            // though tracker-http held an open session for it (the broker closes that connection).
+            let revoke = try ChildProcess(executable: "/usr/bin/mosquitto_passwd", arguments: ["-D", run.constellation.broker.directory.appendingPathComponent("passwords").path, "ingest.devA"],
+                                          logFile: run.constellation.broker.directory.appendingPathComponent("revoke.log").path)
+            #expect(revoke.wait(timeout: 10) == 0, "\(revoke.log)")
+            run.constellation.broker.reload()
+            let deadline = ContinuousClock.now + .seconds(20)
+            var after = try run.curl(["-X", "POST", "\(run.base)/?id=\(token)&timestamp=\(now + 2)&lat=48.1&lon=11.5"])
+            while after.status == 200, ContinuousClock.now < deadline {
+                after = try run.curl(["-X", "POST", "\(run.base)/?id=\(token)&timestamp=\(now + 2)&lat=48.1&lon=11.5"])
+            }
+            #expect(after.status == 401, "a revoked token still works: \(after)")
             await raw.close()
         }
 
