@@ -271,8 +271,9 @@ actor AccountSessions {
         for (key, task) in sessions {
             guard let session = try? await task.value else { continue }
             if let since = session.idleSinceMs, now - since >= idleMs {
-                sessions[key] = nil
+                // Out of the blocking threads' reach first, then closed.
                 open.withLock { _ = $0.removeValue(forKey: key) }
+                sessions[key] = nil
                 await session.client.disconnect(timeout: .seconds(2))
             }
         }

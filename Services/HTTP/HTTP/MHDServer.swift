@@ -124,7 +124,7 @@ final class MHDServer: LongRunning, @unchecked Sendable {
         return queue(wait(for: request), on: connection)
     }
 
-    private var tooLarge: HTTPError { HTTPError(413, .badInput, "body: over \(limits.maxBodyBytes) bytes (maxBodyBytes); nothing was read") }
+    private var tooLarge: HTTPError { HTTPError(413, .badInput, "body: over \(limits.maxBodyBytes) bytes (maxBodyBytes); nothing of it was taken") }
 
     /// Runs the handler on the Swift pool; this connection's own thread waits for it.
     private func wait(for request: HTTPRequest) -> HTTPResponse {
