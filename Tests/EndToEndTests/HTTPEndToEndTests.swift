@@ -337,6 +337,30 @@ extension HeavySuites {
             }
             #expect(stream.log.contains("event: location") && stream.log.contains(#""device":"devA""#), "\(stream.log.prefix(2000))")
             #expect(!stream.log.contains(#""device":"devB""#), "devB's events reached devA's stream")
+            // The stream drops; events go on; a reconnect with Last-Event-ID gets exactly what it missed.
+            stream.kill(SIGTERM)
+            _ = stream.wait(timeout: 5)
+            let seen = Self.eventIDs(stream.log)
+            let last = try #require(seen.last)
+            for k in 0..<3 {
+                _ = try run.curl(run.user("devA") + ["-X", "POST", "\(run.base)/?id=devA&timestamp=\(now + i + k)&lat=\(48.1 + Double(i + k) * 0.0002)&lon=11.5&speed=3&accuracy=5"])
+            }
+            let resumedLog = run.constellation.broker.directory.appendingPathComponent("sse-resumed.log")
+            let resumed = try ChildProcess(executable: "/usr/bin/curl", arguments: ["-s", "-N", "--max-time", "30", "-H", "Last-Event-ID: \(last)"] + run.user("devA")
+                                             + ["\(run.base)/api/v1/events"], logFile: resumedLog.path)
+            defer { resumed.kill(SIGTERM); _ = resumed.wait(timeout: 5) }
+            let resumeDeadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < resumeDeadline, Self.eventIDs(resumed.log).count < 3, resumed.wait(timeout: 0.2) == nil {}
+            let again = Self.eventIDs(resumed.log)
+            #expect(again.first == last + 1 && again == Array(again.first!...(again.last ?? 0)), "resumed after \(last): \(again)")
+            // A number this session never gave: said, not silently skipped.
+            let foreign = try run.curl(["--max-time", "2", "-H", "Last-Event-ID: 987654"] + run.user("devA") + ["\(run.base)/api/v1/events"])
+            #expect(foreign.body.contains("event: notResumed"), "\(foreign.body.prefix(300))")
+        }
+
+        /// The `id:` lines of a Server-Sent Events log, in order.
+        static func eventIDs(_ log: String) -> [Int] {
+            log.split(separator: "\n").compactMap { $0.hasPrefix("id: ") ? Int($0.dropFirst(4)) : nil }
         }
     }
 }

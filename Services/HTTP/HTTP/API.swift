@@ -89,7 +89,8 @@ struct API: Sendable {
         case .events(let device):
             let session = try await session(request)
             let queue = EventQueue()
-            let id = try await session.openEvents(device.map { topics.events($0) } ?? topics.allEvents, queue: queue)
+            let lastEventID = request.header("last-event-id").flatMap { Int($0.trimmingCharacters(in: .whitespaces)) }
+            let id = try await session.openEvents(device.map { topics.events($0) } ?? topics.allEvents, queue: queue, after: lastEventID)
             let clock = self.clock
             queue.onClose = { session.closeEvents(id, nowMs: clock.nowMs()) }
             return HTTPResponse(status: 200, headers: [("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache")],

@@ -35,9 +35,14 @@ final class AccountSession: Sendable {
         var liveSubscribed = false
         var friends: [String: [UInt8]] = [:]
         var friendsSubscribed = false
-        var streams: [Int: EventQueue] = [:]
+        /// Open event streams and the topic filter each asked for.
+        var streams: [Int: (filter: String, queue: EventQueue)] = [:]
         var nextStream = 0
         var eventFilters: Set<String> = []
+        /// The newest events this session received, numbered in arrival order: a stream that
+        /// reconnects with `Last-Event-ID` gets what it missed while the session stays open.
+        var recent: [RecentEvent] = []
+        var nextEventID = 1
     }
 
     init(login: String, client: MQTTClient, topics: Topics, nowMs: Int64) {
@@ -59,8 +64,14 @@ final class AccountSession: Sendable {
         } else if levels.first == Substring(topics.ownTracksPrefix), levels.count >= 3, levels[1] == Substring(Topics.ownTracksFriendsUser) {
             state.withLock { $0.friends[message.topic] = message.payload }
         } else if levels.count == 3, levels[2] == "events" {
-            let queues = state.withLock { Array($0.streams.values) }
-            for queue in queues { queue.offer(message) }
+            let (event, streams) = state.withLock { s -> (RecentEvent, [(filter: String, queue: EventQueue)]) in
+                let event = RecentEvent(id: s.nextEventID, topic: message.topic, frame: EventFrame.make(id: s.nextEventID, payload: message.payload))
+                s.nextEventID += 1
+                s.recent.append(event)
+                if s.recent.count > Self.recentCapacity { s.recent.removeFirst(s.recent.count - Self.recentCapacity) }
+                return (event, Array(s.streams.values))
+            }
+            for stream in streams where Self.matches(stream.filter, event.topic) { stream.queue.offer(event.frame) }
         }
     }
 
@@ -142,11 +153,27 @@ final class AccountSession: Sendable {
         }
     }
 
-    /// An event stream of what the account may read on `filter`.
-    func openEvents(_ filter: String, queue: EventQueue) async throws -> Int {
+    static let recentCapacity = 1_000
+
+    /// An event of `filter`'s (`tracker/+/events` or one device's).
+    static func matches(_ filter: String, _ topic: String) -> Bool {
+        filter == topic || (filter.hasSuffix("/+/events") && topic.hasSuffix("/events"))
+    }
+
+    /// An event stream of what the account may read on `filter`; after
+    /// `lastEventID` (a reconnect), first what this session kept since then.
+    func openEvents(_ filter: String, queue: EventQueue, after lastEventID: Int?) async throws -> Int {
         let id = state.withLock { s -> Int in
             defer { s.nextStream += 1 }
-            s.streams[s.nextStream] = queue
+            if let lastEventID {
+                if let oldest = s.recent.first?.id, lastEventID + 1 >= oldest, lastEventID < s.nextEventID {
+                    for event in s.recent where event.id > lastEventID && Self.matches(filter, event.topic) { queue.offer(event.frame) }
+                } else {
+                    // Not this session's numbering (tracker-http restarted, or the session closed), or older than it keeps.
+                    queue.offer(EventFrame.notResumed(lastEventID))
+                }
+            }
+            s.streams[s.nextStream] = (filter, queue)
             return s.nextStream
         }
         if !state.withLock({ $0.eventFilters.contains(filter) }) {
@@ -164,7 +191,7 @@ final class AccountSession: Sendable {
     }
 
     func closeAllStreams() {
-        for queue in state.withLock({ Array($0.streams.values) }) { queue.close() }
+        for stream in state.withLock({ Array($0.streams.values) }) { stream.queue.close() }
     }
 }
 
@@ -296,7 +323,6 @@ final class EventQueue: EventSource, @unchecked Sendable {
     private let condition = NSCondition()
     private var items: [[UInt8]] = []
     private var closed = false
-    private var nextID = 1
     private let keepAlive: TimeInterval
     /// Bounded: a reader too slow for the fleet's events loses the oldest, and is told.
     private let capacity = 10_000
@@ -305,15 +331,10 @@ final class EventQueue: EventSource, @unchecked Sendable {
 
     init(keepAlive: TimeInterval = 15) { self.keepAlive = keepAlive }
 
-    func offer(_ message: MQTTMessage) {
+    func offer(_ frame: [UInt8]) {
         condition.lock()
         defer { condition.unlock() }
         guard !closed else { return }
-        let type = (try? JSONCoding.decoder.decode(EventType.self, from: Data(message.payload)))?.type ?? "event"
-        var frame = "id: \(nextID)\nevent: \(type)\ndata: ".utf8.map { $0 }
-        frame += message.payload.filter { $0 != 0x0A && $0 != 0x0D }
-        frame += Array("\n\n".utf8)
-        nextID += 1
         if items.count >= capacity { items.removeFirst(); dropped += 1 }
         items.append(frame)
         condition.signal()
@@ -342,6 +363,28 @@ final class EventQueue: EventSource, @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
         if first { onClose?() }
+    }
+
+}
+
+/// An event as this session numbered it.
+struct RecentEvent: Sendable {
+    var id: Int
+    var topic: String
+    var frame: [UInt8]
+}
+
+/// Server-Sent Events' framing.
+enum EventFrame {
+    /// `id: N`, `event: {type}`, `data: {the event, on one line}`.
+    static func make(id: Int, payload: [UInt8]) -> [UInt8] {
+        let type = (try? JSONCoding.decoder.decode(EventType.self, from: Data(payload)))?.type ?? "event"
+        return Array("id: \(id)\nevent: \(type)\ndata: ".utf8) + payload.filter { $0 != 0x0A && $0 != 0x0D } + Array("\n\n".utf8)
+    }
+
+    /// A `Last-Event-ID` this session cannot continue from: what came in between is not here.
+    static func notResumed(_ lastEventID: Int) -> [UInt8] {
+        Array("event: notResumed\ndata: {\"lastEventID\":\(lastEventID),\"message\":\"the events after it are not kept here; read the history routes\"}\n\n".utf8)
     }
 
     private struct EventType: Decodable { var type: String }
