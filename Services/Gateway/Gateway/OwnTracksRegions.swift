@@ -91,7 +91,7 @@ extension GatewayService.Handler {
 
     /// The app's user and device name: as they came, else as the id tells them.
     private func ownTracksNames(of device: DeviceID) throws -> (user: String, device: String)? {
-        if let owner = try store.owner(of: device), let name = owner.name { return (owner.account, name) }
-        return try store.owner(of: device) == nil ? nil : device.ownTracksNames
+        guard let owner = try store.owner(of: device) else { return nil }
+        return owner.name.map { (owner.account, $0) } ?? device.ownTracksNames
     }
 }

@@ -60,8 +60,7 @@ struct API: Sendable {
     private func respond(_ route: APIRoute, _ request: HTTPRequest) async throws -> HTTPResponse {
         switch route {
         case .health:
-            let body: ServiceHealth = ["service": "http", "status": "online", "services": services.snapshot()]
-            return .json(200, body)
+            return .json(200, HealthBody(services: services.snapshot()))
         case .osmAnd:
             return try await osmAnd(request)
         case .ownTracksPublish:
@@ -82,10 +81,9 @@ struct API: Sendable {
             return response
         case .track(let device, let session, let format):
             let reply = try await self.session(request).command(device, format.command, args: ["sessionID": .string(session)], timeout: commandTimeout)
-            var response = try Self.answer(reply, format.command)
             // The exports' results are the document as text: sent as it is, under its own type.
-            if case .string(let text)? = reply.result { response = .text(200, contentType: format.contentType, text) }
-            return response
+            if reply.ok, case .string(let text)? = reply.result { return .text(200, contentType: format.contentType, text) }
+            return try Self.answer(reply, format.command)
         case .events(let device):
             let session = try await session(request)
             let queue = EventQueue()
@@ -190,21 +188,11 @@ struct API: Sendable {
     }
 }
 
-typealias ServiceHealth = [String: ServiceHealthValue]
-
-/// `/health`'s body: strings, and the services' statuses by name.
-enum ServiceHealthValue: Encodable, ExpressibleByStringLiteral, ExpressibleByDictionaryLiteral {
-    case text(String)
-    case statuses([String: String])
-    init(stringLiteral value: String) { self = .text(value) }
-    init(dictionaryLiteral elements: (String, String)...) { self = .statuses(Dictionary(uniqueKeysWithValues: elements)) }
-    func encode(to encoder: any Encoder) throws {
-        var c = encoder.singleValueContainer()
-        switch self {
-        case .text(let s): try c.encode(s)
-        case .statuses(let d): try c.encode(d)
-        }
-    }
+/// `/health`'s body: tracker-http is up, and the services' statuses by name.
+struct HealthBody: Encodable {
+    var service = "http"
+    var status = "online"
+    var services: [String: String]
 }
 
 /// The login throttle, shared by the connections' requests.
@@ -221,5 +209,5 @@ final class ServiceStatuses: Sendable {
         guard let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload)) else { return }
         statuses.withLock { $0[health.service] = health.status.rawValue }
     }
-    func snapshot() -> ServiceHealthValue { .statuses(statuses.withLock { $0 }) }
+    func snapshot() -> [String: String] { statuses.withLock { $0 } }
 }

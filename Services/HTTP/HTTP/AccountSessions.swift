@@ -32,13 +32,12 @@ final class AccountSession: Sendable {
     struct State {
         var lastUsedMs: Int64
         var live: [String: [UInt8]] = [:]
-        var liveSubscribed = false
         var friends: [String: [UInt8]] = [:]
-        var friendsSubscribed = false
+        /// The filters subscribed so far (each once per session).
+        var subscribed: Set<String> = []
         /// Open event streams and the topic filter each asked for.
         var streams: [Int: (filter: String, queue: EventQueue)] = [:]
         var nextStream = 0
-        var eventFilters: Set<String> = []
         /// The newest events this session received, numbered in arrival order: a stream that
         /// reconnects with `Last-Event-ID` gets what it missed while the session stays open.
         var recent: [RecentEvent] = []
@@ -104,44 +103,50 @@ final class AccountSession: Sendable {
         }
         guard done.wait(timeout: .now() + .milliseconds(Int(timeout.milliseconds))) == .success,
               let result = outcome.withLock({ $0 }) else {
-            throw HTTPError(503, .busy, "the broker did not acknowledge \(what) in time")
+            throw refusal(.timedOut(operation: "publish"), what: what)
         }
-        if case .failure(.publishRefused) = result { throw HTTPError.forbidden("the broker's ACL does not let '\(login)' publish \(what)") }
-        if case .failure(let error) = result { throw HTTPError(503, .busy, "\(what): \(error)") }
+        if case .failure(let error) = result { throw refusal(error, what: what) }
     }
 
     /// Publishes as the account and waits for the broker: 403 if the ACL refuses the topic.
     func publish(_ message: MQTTMessage, what: String) async throws {
         do {
             try await client.publishAndWait(message, timeout: .seconds(10))
-        } catch MQTTError.publishRefused {
-            throw HTTPError.forbidden("the broker's ACL does not let '\(login)' publish \(what)")
-        } catch MQTTError.timedOut {
-            throw HTTPError(503, .busy, "the broker did not acknowledge \(what) in time")
+        } catch let error as MQTTError {
+            throw refusal(error, what: what)
         }
     }
 
-    /// The live frames the account may read, by device. Subscribed once; the
-    /// second SUBACK follows every retained frame of the first (the broker
-    /// answers a client's packets in order), so all have arrived by then.
-    func liveFrames() async throws -> [String: [UInt8]] {
-        if !state.withLock({ $0.liveSubscribed }) {
-            let filter = "\(topics.prefix)/+/live"
-            try await client.subscribe([filter], qos: .atMostOnce)
-            try await client.subscribe([filter], qos: .atMostOnce)
-            state.withLock { $0.liveSubscribed = true }
+    /// What a publish that failed answers: 403 for the ACL's refusal, 503 for the rest.
+    private func refusal(_ error: MQTTError, what: String) -> HTTPError {
+        switch error {
+        case .publishRefused: HTTPError.forbidden("the broker's ACL does not let '\(login)' publish \(what)")
+        case .timedOut: HTTPError(503, .busy, "the broker did not acknowledge \(what) in time")
+        default: HTTPError(503, .busy, "\(what): \(error)")
         }
+    }
+
+    /// Subscribes to `filters` once per session. With `settled`, a second
+    /// SUBSCRIBE follows: its SUBACK comes after every retained message of
+    /// the first (the broker answers a client's packets in order), so all
+    /// have arrived when this returns.
+    private func subscribeOnce(_ filters: [String], qos: QoS = .atLeastOnce, settled: Bool) async throws {
+        guard !state.withLock({ filters.allSatisfy($0.subscribed.contains) }) else { return }
+        try await client.subscribe(filters, qos: qos)
+        if settled { try await client.subscribe(filters, qos: qos) }
+        state.withLock { $0.subscribed.formUnion(filters) }
+    }
+
+    /// The live frames the account may read, by device.
+    func liveFrames() async throws -> [String: [UInt8]] {
+        try await subscribeOnce(["\(topics.prefix)/+/live"], qos: .atMostOnce, settled: true)
         return state.withLock { $0.live }
     }
 
     /// The friends the account may read (`owntracks/_tracker/…`, its teammates), as OwnTracks HTTP mode answers.
     func friends(except own: DeviceID?) async throws -> [[UInt8]] {
-        if !state.withLock({ $0.friendsSubscribed }) {
-            let filters = ["\(topics.ownTracksPrefix)/\(Topics.ownTracksFriendsUser)/+", "\(topics.ownTracksPrefix)/\(Topics.ownTracksFriendsUser)/+/info"]
-            try await client.subscribe(filters)
-            try await client.subscribe(filters)
-            state.withLock { $0.friendsSubscribed = true }
-        }
+        let friendsTopic = "\(topics.ownTracksPrefix)/\(Topics.ownTracksFriendsUser)/+"
+        try await subscribeOnce([friendsTopic, friendsTopic + "/info"], settled: true)
         let ownTopic = own.map { topics.friendLocation($0) }
         return state.withLock { s in
             s.friends.keys.sorted().filter { $0 != ownTopic && $0 != ownTopic.map { $0 + "/info" } }.compactMap { topic in
@@ -176,10 +181,7 @@ final class AccountSession: Sendable {
             s.streams[s.nextStream] = (filter, queue)
             return s.nextStream
         }
-        if !state.withLock({ $0.eventFilters.contains(filter) }) {
-            try await client.subscribe([filter], qos: .atMostOnce)
-            state.withLock { _ = $0.eventFilters.insert(filter) }
-        }
+        try await subscribeOnce([filter], qos: .atMostOnce, settled: false)
         return id
     }
 

@@ -2,6 +2,7 @@ import Bus
 import Foundation
 import Model
 import Runtime
+import Synchronization
 
 /// Which devices' positions the track service publishes for the OwnTracks
 /// apps to show as friends (`friends`).
@@ -10,14 +11,6 @@ enum FriendsPolicy: String, CaseIterable {
     case ownTracks
     case all
     case off
-
-    func includes(_ device: DeviceID) -> Bool {
-        switch self {
-        case .ownTracks: device.ownTracksNames != nil
-        case .all: true
-        case .off: false
-        }
-    }
 }
 
 /// Publishes each device's latest accepted position retained as an
@@ -25,30 +18,50 @@ enum FriendsPolicy: String, CaseIterable {
 /// its `card` on `…/info`. Who sees whom is the broker's ACL alone: a team
 /// member's account may read its teammates' topics (`trackerctl accounts add
 /// team`), so this needs to know nothing of teams.
-final class Friends {
+final class Friends: Sendable {
     let policy: FriendsPolicy
-    /// Devices whose card this process has published (bounded: a card again now and then is harmless).
-    private var carded: Set<DeviceID> = []
+    /// What each device is to its friends, worked out once (not on every point): nil, none of theirs.
+    private let identities = Mutex<[DeviceID: Identity?]>([:])
+
+    struct Identity: Sendable {
+        var name: String
+        var tid: String
+        /// Its card is out (published after a commit; a batch rolled back publishes it with the next).
+        var carded = false
+    }
 
     init(policy: FriendsPolicy) { self.policy = policy }
 
     func publish(_ point: TrackPoint, measured: MeasuredFix?, _ work: Work<TrackRow>) {
         let device = work.device
-        guard policy.includes(device) else { return }
-        let names = device.ownTracksNames
-        let tid = Self.trackerID(names, device)
-        if carded.insert(device).inserted {
-            if carded.count > 100_000 { carded = [device] }
-            let name = names.map { "\($0.device) (\($0.user))" } ?? device.rawValue
-            let card = OwnTracksCard(name: name, tid: tid)
-            work.publish(MQTTMessage(topic: work.topics.friendCard(device), payload: Array(JSONCoding.encode(card)), retain: true))
+        guard policy != .off, let identity = identity(of: device) else { return }
+        if !identity.carded {
+            let cardTopic = work.topics.friendCard(device)
+            // Once however many points the batch has of the device.
+            work.publishLatest(topic: cardTopic) {
+                MQTTMessage(topic: cardTopic, payload: Array(JSONCoding.encode(OwnTracksCard(name: identity.name, tid: identity.tid))), retain: true)
+            }
+            work.afterCommit { [self] in identities.withLock { $0[device]??.carded = true } }
         }
         let topic = work.topics.friendLocation(device)
         // A burst of points in one batch publishes the newest only.
         work.publishLatest(topic: topic) {
-            let location = OwnTracksLocation(point, measured: measured, tid: tid)
+            let location = OwnTracksLocation(point, measured: measured, tid: identity.tid)
             return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(location)), retain: true)
         }
+    }
+
+    private func identity(of device: DeviceID) -> Identity? {
+        if let known = identities.withLock({ $0[device] }) { return known }
+        let names = device.ownTracksNames
+        let identity = names == nil && policy == .ownTracks ? nil
+            : Identity(name: names.map { "\($0.device) (\($0.user))" } ?? device.rawValue, tid: Self.trackerID(names, device))
+        identities.withLock { known in
+            // Bounded: forgetting means working it out (and a card) again, which is harmless.
+            if known.count > 100_000 { known.removeAll() }
+            known[device] = .some(identity)
+        }
+        return identity
     }
 
     /// Two letters the apps show on the map: the user's and the device's first, as the apps' own default is two.
