@@ -40,6 +40,13 @@ enum MemoryBench {
         }
         let seconds = (ContinuousClock.now - start).seconds
         print(String(format: "%d fixes over %d devices through gateway and filter in %.0f s (%.0f fixes/s)", count, devices, seconds, Double(count) / seconds))
+        // How many messages each commit carried: what a device's row write is spread over.
+        let newest = Dictionary(health.messages.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map { ($0.service, $0) },
+                                uniquingKeysWith: { $0.timeMs >= $1.timeMs ? $0 : $1 })
+        for name in ["gateway", "filter"] {
+            guard let h = newest[name], let commits = h.counters?["commits"], commits > 0 else { continue }
+            print(String(format: "  %@: %.1f messages per commit (%lld commits)", name as NSString, Double(h.processed) / Double(commits), commits))
+        }
         for (name, service) in [("gateway", gateway), ("filter", filter)] {
             let memory = service.process?.memory
             let files = (try? FileManager.default.contentsOfDirectory(atPath: service.dataDir.path)) ?? []

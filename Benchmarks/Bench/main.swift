@@ -4,7 +4,7 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE"
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | row-codec | memory [count] [devices]"
 
 /// The positive whole number at `arguments[index]`, or `fallback` when
 /// there is none. Anything else is refused by name: a word was read as the
@@ -27,6 +27,8 @@ func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double, unit: String =
 // A failure says what went wrong and exits 1, without a crash report.
 do {
     switch arguments.first {
+    case "row-codec":
+        try RowCodecBench.run()
     case "quality":
         try Quality.run(seeds: [1, 2, 3, 4, 5])
     case "relay" where arguments.count >= 2:

@@ -92,4 +92,12 @@ public enum JSONCoding {
     public static func string(_ value: some Encodable) -> String {
         String(decoding: encode(value), as: UTF8.self)
     }
+
+    /// Stored state (a device's row): written as it encodes, in field order,
+    /// by `JSONStreamEncoder`; a value it cannot write goes through JSONEncoder.
+    /// `TRACKER_JSON=foundation` measures what it is worth.
+    public static func stored(_ value: some Encodable) -> [UInt8] {
+        if fastPaths, let bytes = try? JSONStreamEncoder.encode(value) { return bytes }
+        return Array(foundationEncode(value))
+    }
 }

@@ -70,9 +70,9 @@ public struct RowCodec<Row> {
 }
 
 extension RowCodec where Row: Codable {
-    /// Rows stored through Foundation's coders.
+    /// Rows stored as JSON: written by `JSONCoding.stored`, read by JSONDecoder.
     public static func json(fresh: @escaping () -> Row) -> RowCodec {
-        RowCodec(fresh: fresh, encode: { Array(JSONCoding.foundation($0)) },
+        RowCodec(fresh: fresh, encode: { JSONCoding.stored($0) },
                  decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
     }
 }

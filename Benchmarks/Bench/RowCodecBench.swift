@@ -1,0 +1,37 @@
+import FilterCore
+import Foundation
+import Model
+import TestSupport
+
+/// `tracker-bench row-codec`: what storing one filter row costs (it is
+/// written with every batch that touched its device, so with a large fleet
+/// once per fix): its size and the time to encode and decode it, for each
+/// way of storing it, on a row taken from the middle of a real drive.
+enum RowCodecBench {
+    static func run() throws {
+        let core = FilterCore(profile: .named(.balanced))
+        var row = FilterRow()
+        for (i, fix) in try Fixtures.fixes("munich-drive.jsonl").prefix(300).enumerated() {
+            let raw = RawFix(device: DeviceID("d")!, seq: Int64(i + 1), sessionID: "s", timeMs: Int64(fix.t * 1000), receivedMs: Int64(fix.t * 1000),
+                             source: .device, latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc, speedMps: fix.speed, courseDeg: fix.course)
+            _ = core.handle(raw, row: &row, rejectionEvents: .all)
+        }
+        let rounds = 2_000
+        func measure(_ name: String, _ body: () throws -> Int) rethrows {
+            var size = try body()
+            let start = ContinuousClock.now
+            for _ in 0..<rounds { size = try body() }
+            let micros = (ContinuousClock.now - start).seconds / Double(rounds) * 1e6
+            print(String(format: "  %-28@ %6d bytes  %7.1f µs", name as NSString, size, micros))
+        }
+        let plist = PropertyListEncoder()
+        plist.outputFormat = .binary
+        let json = try JSONEncoder().encode(row), binaryPlist = try plist.encode(row)
+        print("one filter row (balanced profile, fix 300 of munich-drive):")
+        try measure("encode JSONEncoder") { try JSONEncoder().encode(row).count }
+        try measure("encode JSONStreamEncoder") { try JSONStreamEncoder.encode(row).count }
+        try measure("encode binary plist") { try plist.encode(row).count }
+        try measure("decode JSONDecoder") { _ = try JSONDecoder().decode(FilterRow.self, from: json); return json.count }
+        try measure("decode binary plist") { _ = try PropertyListDecoder().decode(FilterRow.self, from: binaryPlist); return binaryPlist.count }
+    }
+}
