@@ -52,3 +52,12 @@ public struct LocalFrame: Sendable, Equatable, Codable {
         return (originLat + y / Self.metresPerDegLat, lon)
     }
 }
+
+// Here, beside the private scale it stores.
+extension LocalFrame: BinaryStorable {
+    public func write(to w: inout BinaryWriter) { w.write(originLat, originLon, metresPerDegLon) }
+    public init(from r: inout BinaryReader) throws {
+        self.init(originLat: try r.read(), originLon: try r.read())
+        metresPerDegLon = try r.read()
+    }
+}

@@ -38,7 +38,7 @@ struct FilterSettings {
 /// `tracker/{device}/points`: the filter's table for the service host.
 enum FilterService {
     static func definition(_ settings: FilterSettings) -> ServiceDefinition<FilterRow> {
-        let rows = RowCodec<FilterRow>(fresh: { FilterRow() }, encode: { JSONCoding.stored($0) }) { data in
+        let rows = RowCodec<FilterRow>(fresh: { FilterRow() }, encode: { $0.stored }) { data in
             let (row, restarted) = try FilterRow.restored(from: data, using: JSONCoding.decoder)
             return (row, restarted ? "saved filter state is in a shape this version cannot read (see SavedState.swift); the filter restarts, odometer kept" : nil)
         }

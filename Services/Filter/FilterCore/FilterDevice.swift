@@ -13,18 +13,6 @@ public struct FilterRow: Codable, Sendable, Equatable {
     public init(state: DeviceFilterState = DeviceFilterState(), rejections: Int = 0) {
         self.state = state; self.rejections = rejections
     }
-
-    /// A stored row. Its state is read in any version it was saved in
-    /// (`SavedState.swift`); one that no version reads restarts the filter
-    /// but keeps the odometer and ordering (`restarted` says so).
-    public static func restored(from data: Data, using decoder: JSONDecoder) throws -> (row: FilterRow, restarted: Bool) {
-        struct Stored: Decodable { var state: JSONValue; var rejections: Int?; var arrivedMs: Int64? }
-        let stored = try decoder.decode(Stored.self, from: data)
-        let (state, restarted) = DeviceFilterState.restored(from: JSONCoding.encode(stored.state), using: decoder)
-        var row = FilterRow(state: state, rejections: stored.rejections ?? 0)
-        row.arrivedMs = stored.arrivedMs
-        return (row, restarted)
-    }
 }
 
 /// Which rejections become `locationRejected` events.
