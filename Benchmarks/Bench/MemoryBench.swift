@@ -22,7 +22,7 @@ enum MemoryBench {
         try filter.start()
         defer { gateway.stop(); filter.stop() }
         let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
-        try await health.wait(description: "both online") { all in
+        try await health.wait(timeout: 120, description: "both online") { all in
             Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map(\.service)).count == 2
         }
         let publisher = try await TestClient.connect(port: broker.port)

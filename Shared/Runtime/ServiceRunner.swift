@@ -89,7 +89,7 @@ public enum ServiceRunner {
             try reader.rejectUnknownKeys()
             host = try ServiceHost(definition, databasePath: context.databasePath(), bus: output, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
-                                   cacheCapacity: settings.deviceCacheCapacity, queryBacklog: settings.queryBacklog,
+                                   cacheCapacity: settings.deviceCacheCapacity, cacheBudgetBytes: settings.cacheBudgetMB << 20, queryBacklog: settings.queryBacklog,
                                    maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000,
                                    instance: settings.instance, repair: settings.repair,
                                    replyTopicPrefixes: settings.replyTopicPrefixes,

@@ -185,6 +185,8 @@ public struct CommonSettings: Sendable {
     public var logLevel: LogLevel
     /// Devices whose state a service keeps in memory (least recently used leave first).
     public var deviceCacheCapacity: Int
+    /// Memory for device state, in MB (estimated from its stored size); beyond it, state lives on disk.
+    public var cacheBudgetMB: Int
     /// Queries (reads of stored data) waiting at most; beyond, the reply is `busy`.
     public var queryBacklog: Int
     /// The largest command reply; a longer page stops short with `nextOffset`.
@@ -222,6 +224,7 @@ public struct CommonSettings: Sendable {
         let level = try reader.choice("logLevel", default: "info", among: LogLevel.allCases.map(\.rawValue))
         logLevel = LogLevel(rawValue: level) ?? .info
         deviceCacheCapacity = try reader.int("deviceCacheCapacity", default: 10_000, in: 1...10_000_000)
+        cacheBudgetMB = try reader.int("cacheBudgetMB", default: 8, in: 1...65_536)
         queryBacklog = try reader.int("queryBacklog", default: 64, in: 1...100_000)
         maxReplyBytes = try reader.int("maxReplyBytes", default: 1 << 20, in: 4_096...(64 << 20))
         outputBacklogMax = try reader.int("outputBacklogMax", default: 20_000, in: 100...1_000_000)

@@ -59,7 +59,10 @@ final class HostHarness {
     private let database: TemporaryDatabase?
     var host: ServiceHost<Tally>!
 
-    init(capacity: Int = 100, keep: Int = 1_000, path: String? = nil) throws {
+    let budgetBytes: Int
+
+    init(capacity: Int = 100, budgetBytes: Int = 8 << 20, keep: Int = 1_000, path: String? = nil) throws {
+        self.budgetBytes = budgetBytes
         database = path == nil ? TemporaryDatabase("host") : nil
         self.path = path ?? database!.path
         host = try make(capacity: capacity, keep: keep)
@@ -67,7 +70,7 @@ final class HostHarness {
 
     func make(capacity: Int, keep: Int) throws -> ServiceHost<Tally> {
         try ServiceHost(tallyService(keep: keep), databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                        counters: counters, cacheCapacity: capacity, pause: { [pauses] in pauses.record($0) }).runningParts()
+                        counters: counters, cacheCapacity: capacity, cacheBudgetBytes: budgetBytes, pause: { [pauses] in pauses.record($0) }).runningParts()
     }
 
     /// A fresh host on the same file, as after kill -9 (nothing closed, nothing saved).
@@ -213,6 +216,18 @@ final class PauseLog: @unchecked Sendable {
             #expect(h.host.cachedDevices <= 55)
         }
         // Every device, evicted or not, has all three rounds.
+        for device in ["d0", "d250", "d499"] { #expect(try h.total(device) == 6) }
+    }
+
+    /// The budget is in bytes: a device whose state is big takes more of it.
+    /// Over it, the least recently used leave, and load again when they speak.
+    @Test func memoryIsBoundedByTheBudgetInBytes() throws {
+        let h = try HostHarness(capacity: 10_000, budgetBytes: 64_000)
+        for round in 1...3 {
+            h.pass((0..<500).map { h.item("d\($0)", Int64(round), Int64(round)) })
+            #expect(h.host.cachedBytes <= 64_000)
+            #expect((20...100).contains(h.host.cachedDevices), "\(h.host.cachedDevices) devices in \(h.host.cachedBytes) bytes")
+        }
         for device in ["d0", "d250", "d499"] { #expect(try h.total(device) == 6) }
     }
 

@@ -1,22 +1,38 @@
 import Model
 
-/// A host's per-device state in memory, bounded. Entries load from the store
-/// on first use and are written back once per batch; past `capacity` the
-/// least recently used tenth of the clean entries is dropped at the next
-/// commit (they load again when their device speaks), so memory stays flat
-/// however many devices there are.
+/// A host's per-device state in memory, bounded by bytes and by count.
+/// Entries load from the store on first use and are written back once per
+/// batch. Past either bound, the least recently used clean entries are
+/// dropped at the next commit until the cache is back under 80 % of both
+/// (they load again when their device speaks): memory stays flat however
+/// many devices there are, and state beyond the budget lives on disk.
+///
+/// An entry's size is an estimate from its stored form (`cost(storedBytes:)`),
+/// known when it is loaded and again whenever it is written.
 final class DeviceCache<Entry> {
     private var entries: [DeviceID: Slot] = [:]
     private(set) var dirty: Set<DeviceID> = []
     private var tick: UInt64 = 0
     let capacity: Int
+    let budgetBytes: Int
+    /// The estimated bytes of every cached entry.
+    private(set) var bytes = 0
 
     private struct Slot {
         var entry: Entry
         var used: UInt64
+        var bytes: Int
     }
 
-    init(capacity: Int) { self.capacity = max(1, capacity) }
+    init(capacity: Int, budgetBytes: Int = .max) {
+        self.capacity = max(1, capacity)
+        self.budgetBytes = max(1, budgetBytes)
+    }
+
+    /// Memory an entry takes, from the size of its stored form: decoded
+    /// values are wider than their bytes (optionals, array headers), and the
+    /// dictionary slot and device id come on top.
+    static func cost(storedBytes: Int) -> Int { 2 * storedBytes + 512 }
 
     var count: Int { entries.count }
 
@@ -26,10 +42,12 @@ final class DeviceCache<Entry> {
         return entries[device]?.entry
     }
 
-    /// Caches an entry as loaded from the store.
-    func insertClean(_ device: DeviceID, _ entry: Entry) {
+    /// Caches an entry as loaded from the store (`storedBytes` long there).
+    func insertClean(_ device: DeviceID, _ entry: Entry, storedBytes: Int) {
         tick &+= 1
-        entries[device] = Slot(entry: entry, used: tick)
+        let cost = Self.cost(storedBytes: storedBytes)
+        bytes += cost - (entries[device]?.bytes ?? 0)
+        entries[device] = Slot(entry: entry, used: tick, bytes: cost)
     }
 
     /// Changes a cached entry in place; it is written at the next commit.
@@ -44,20 +62,35 @@ final class DeviceCache<Entry> {
         dirty.compactMap { device in entries[device].map { (device, $0.entry) } }
     }
 
+    /// An entry was written, `storedBytes` long.
+    func written(_ device: DeviceID, storedBytes: Int) {
+        guard let old = entries[device]?.bytes else { return }
+        let cost = Self.cost(storedBytes: storedBytes)
+        bytes += cost - old
+        entries[device]!.bytes = cost
+    }
+
     /// The batch that wrote them committed.
     func markClean() { dirty.removeAll(keepingCapacity: true) }
 
     /// A failed batch: changed entries no longer match the store; forget them.
     func discardDirty() {
-        for device in dirty { entries[device] = nil }
+        for device in dirty { remove(device) }
         dirty.removeAll()
     }
 
-    /// Drops the least recently used clean entries once over capacity.
+    /// Drops the least recently used clean entries once over either bound.
     func evictIfNeeded() {
-        guard entries.count > capacity else { return }
-        let excess = entries.count - capacity + capacity / 10
-        let victims = entries.filter { !dirty.contains($0.key) }.sorted { $0.value.used < $1.value.used }.prefix(excess)
-        for (device, _) in victims { entries[device] = nil }
+        guard entries.count > capacity || bytes > budgetBytes else { return }
+        let keepCount = capacity - capacity / 5, keepBytes = budgetBytes - budgetBytes / 5
+        let byAge = entries.filter { !dirty.contains($0.key) }.sorted { $0.value.used < $1.value.used }
+        for (device, _) in byAge {
+            guard entries.count > keepCount || bytes > keepBytes else { break }
+            remove(device)
+        }
+    }
+
+    private func remove(_ device: DeviceID) {
+        if let slot = entries.removeValue(forKey: device) { bytes -= slot.bytes }
     }
 }

@@ -21,7 +21,12 @@ extension MQTTClient: MessageBus {}
 public final class Outbox: Sendable {
     private let topic: @Sendable (DeviceID) -> String
     private let clock: any WallClock
+    /// Devices with messages unacknowledged or a watermark not yet saved:
+    /// a settled device is forgotten (`forgetSettled`), so this holds what is
+    /// in flight, not the fleet.
     private let state = Mutex<[DeviceID: Progress]>([:])
+    /// The newest sends, for `tips`.
+    private let recent = Mutex(RecentSends(capacity: 20_000))
 
     struct Progress {
         var ackedThrough: Int64
@@ -29,11 +34,30 @@ public final class Outbox: Sendable {
         var pending: Set<Int64> = []
         /// The watermark last written to the store.
         var saved: Int64
-        /// When (wall clock) this run last sent one of the device's messages.
-        var lastSentMs: Int64?
 
         mutating func advance() {
             while ackedThrough < highestSent, !pending.contains(ackedThrough + 1) { ackedThrough += 1 }
+        }
+
+        var isSettled: Bool { pending.isEmpty && ackedThrough == highestSent && saved == ackedThrough }
+    }
+
+    /// The last `capacity` sends, oldest overwritten first.
+    struct RecentSends {
+        let capacity: Int
+        var sends: [(device: DeviceID, seq: Int64, sentMs: Int64)] = []
+        var next = 0
+
+        init(capacity: Int) { self.capacity = capacity }
+
+        mutating func note(_ device: DeviceID, _ seq: Int64, _ sentMs: Int64) {
+            if sends.count < capacity { sends.append((device, seq, sentMs)) } else { sends[next] = (device, seq, sentMs) }
+            next = (next + 1) % capacity
+        }
+
+        /// The sends newest first, until `body` says stop.
+        func newestFirst(_ body: ((device: DeviceID, seq: Int64, sentMs: Int64)) -> Bool) {
+            for k in 0..<sends.count where !body(sends[(next - 1 - k + 2 * sends.count) % sends.count]) { return }
         }
     }
 
@@ -51,11 +75,13 @@ public final class Outbox: Sendable {
     func send(_ device: DeviceID, seq: Int64, body: [UInt8], on bus: any MessageBus) throws {
         state.withLock { all in
             // Mutate in place: copying Progress out would copy its Set.
-            if all[device] == nil { all[device] = Progress(ackedThrough: seq - 1, highestSent: seq - 1, saved: 0) }
+            // A device not here has everything below this acknowledged and saved.
+            if all[device] == nil { all[device] = Progress(ackedThrough: seq - 1, highestSent: seq - 1, saved: seq - 1) }
             all[device]!.pending.insert(seq)
             all[device]!.highestSent = max(all[device]!.highestSent, seq)
-            all[device]!.lastSentMs = clock.nowMs()
         }
+        let now = clock.nowMs()
+        recent.withLock { $0.note(device, seq, now) }
         try bus.publish(MQTTMessage(topic: topic(device), payload: body)) { [weak self] result in
             switch result {
             case .success: self?.acknowledged(device, seq)
@@ -84,16 +110,24 @@ public final class Outbox: Sendable {
     /// The newest seq sent to each device that fell quiet lately (sent
     /// between `quietMs` and `recentMs` ago), at most `limit`, newest first:
     /// health carries them, so a consumer that lost a stream's tail finds out.
+    /// Read from the last 20,000 sends: with a fleet faster than that in a
+    /// second, the devices quiet longest drop out first, as past `limit`.
     func tips(quietMs: Int64 = 1_000, recentMs: Int64 = 300_000, limit: Int = 1_000) -> [String: Int64] {
         let now = clock.nowMs()
-        let quiet = state.withLock { all in
-            all.compactMap { device, p -> (String, Int64, Int64)? in
-                guard let sent = p.lastSentMs, now - sent >= quietMs, now - sent <= recentMs else { return nil }
-                return (device.rawValue, p.highestSent, sent)
+        return recent.withLock { recent in
+            var seen: Set<DeviceID> = [], tips: [String: Int64] = [:]
+            recent.newestFirst { send in
+                if now - send.sentMs > recentMs || tips.count == limit { return false }
+                // A device's newest send comes first: only that one counts.
+                if seen.insert(send.device).inserted, now - send.sentMs >= quietMs { tips[send.device.rawValue] = send.seq }
+                return true
             }
+            return tips
         }
-        return Dictionary(uniqueKeysWithValues: quiet.sorted { $0.2 > $1.2 }.prefix(limit).map { ($0.0, $0.1) })
     }
+
+    /// Devices followed now (tests, health).
+    var followedDevices: Int { state.withLock { $0.count } }
 
     /// Messages published and not yet acknowledged by the broker.
     public var pendingCount: Int { state.withLock { $0.values.reduce(0) { $0 + $1.pending.count } } }
@@ -113,5 +147,15 @@ public final class Outbox: Sendable {
     /// Undoes `takeUnsaved` when the write failed, so the next save retries.
     func unsave(_ watermarks: [(DeviceID, Int64)]) {
         state.withLock { all in for (device, _) in watermarks { all[device]?.saved = 0 } }
+    }
+
+    /// Forgets the devices with nothing in flight and their watermark saved
+    /// (after the batch that saved it committed): memory follows what is in
+    /// flight, not how many devices ever sent.
+    func forgetSettled() {
+        state.withLock { all in
+            guard all.count > 64 else { return }
+            all = all.filter { !$0.value.isSettled }
+        }
     }
 }

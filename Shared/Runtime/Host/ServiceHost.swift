@@ -83,7 +83,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
-                cacheCapacity: Int = 10_000, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
+                cacheCapacity: Int = 10_000, cacheBudgetBytes: Int = 8 << 20, queryBacklog: Int = 64, maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
                 instance: String? = nil, repair: RepairSettings = RepairSettings(), replyTopicPrefixes: [String] = [],
                 pause: @escaping (Duration) -> Void = { _ in }) throws {
         name = definition.name
@@ -120,7 +120,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         repairs = StreamRepairs(settings: repair)
         retention = Dictionary(uniqueKeysWithValues: routes.retention.map { (ObjectIdentifier($0.log), $0) })
         for capped in routes.retention where capped.maxTotal != nil { capped.total = try capped.log.totalCount() }
-        cache = DeviceCache(capacity: cacheCapacity)
+        cache = DeviceCache(capacity: cacheCapacity, budgetBytes: cacheBudgetBytes)
         self.bus = bus
         self.topics = topics
         self.logger = logger
@@ -275,14 +275,15 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     func entry(_ device: DeviceID) throws -> DeviceEntry<Row> {
         if let cached = cache.get(device) { return cached }
-        let entry = try load(device)
-        cache.insertClean(device, entry)
+        let (entry, storedBytes) = try load(device)
+        cache.insertClean(device, entry, storedBytes: storedBytes)
         return entry
     }
 
-    func load(_ device: DeviceID) throws -> DeviceEntry<Row> {
+    /// The device's entry as stored, and how many bytes it takes there.
+    func load(_ device: DeviceID) throws -> (DeviceEntry<Row>, storedBytes: Int) {
         guard let stored = try store.entry(device) else {
-            return DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0)
+            return (DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0), 0)
         }
         let (row, warning) = try rows.decode(stored.row)
         if let warning { logger.warning(warning, ["device": device.rawValue]) }
@@ -293,7 +294,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             // Loud, not silent: every input of this device is applied again from its next message.
             logger.error("stored input watermarks unreadable; they start over", ["device": device.rawValue, "error": "\(error)"])
         }
-        return DeviceEntry(row: row, inputs: inputs, ackedThrough: stored.ackedThrough)
+        return (DeviceEntry(row: row, inputs: inputs, ackedThrough: stored.ackedThrough), stored.row.count + stored.inputs.count)
     }
 
     /// Marks the batch as not storable. A message whose own savepoint failed
@@ -318,7 +319,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if batch.failure == nil {
             do {
                 for (device, entry) in cache.dirtyEntries {
-                    try store.save(device, row: rows.encode(entry.row), inputs: Array(JSONCoding.encode(entry.inputs)))
+                    let row = rows.encode(entry.row), inputs = JSONCoding.stored(entry.inputs)
+                    try store.save(device, row: row, inputs: inputs)
+                    cache.written(device, storedBytes: row.count + inputs.count)
                 }
                 try db.commitBatch()
                 counters.count("commits")
@@ -329,6 +332,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 perform(batch.effects)
                 batch.reset()
                 cache.evictIfNeeded()
+                outbox?.forgetSettled()
                 return true
             } catch {
                 batch.failure = error
@@ -456,6 +460,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     /// Devices whose state is in memory now.
     public var cachedDevices: Int { cache.count }
+    /// Their estimated memory, in bytes.
+    public var cachedBytes: Int { cache.bytes }
 
     var queueDepthForTests: Int { outbox?.pendingCount ?? 0 }
 

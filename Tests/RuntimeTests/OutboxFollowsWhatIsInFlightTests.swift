@@ -1,0 +1,68 @@
+import Bus
+import Foundation
+import Model
+@testable import Runtime
+import TestSupport
+import Testing
+
+/// The outbox follows what is in flight, not the fleet: a device whose
+/// messages are all acknowledged and whose watermark is saved is forgotten,
+/// and comes back with the right watermark when it sends again. Health's
+/// stream tips come from the newest sends.
+@Suite struct OutboxFollowsWhatIsInFlightTests {
+    let clock = ManualClock()
+    let bus = RecordingBus()
+
+    func outbox() -> Outbox { Outbox(topic: { "tracker/\($0)/points" }, clock: clock) }
+
+    @Test func aSettledDeviceIsForgottenAndComesBackWhereItWas() throws {
+        let outbox = outbox()
+        for d in 0..<200 { try outbox.send(DeviceID("d\(d)")!, seq: 1, body: [1], on: bus) }
+        try outbox.send(DeviceID("d0")!, seq: 2, body: [1], on: bus)
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 200, "nothing acknowledged yet: all followed")
+        bus.acknowledgeAll()
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 200, "acknowledged but not saved: still followed")
+        let moved = outbox.takeUnsaved()
+        #expect(moved.count == 200)
+        #expect(moved.first { $0.0.rawValue == "d0" }?.1 == 2)
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 0)
+        // Back with a gap in its seqs (rejected fixes publish nothing): everything below counts as acknowledged.
+        try outbox.send(DeviceID("d0")!, seq: 5, body: [1], on: bus)
+        #expect(outbox.ackedThrough(DeviceID("d0")!) == 4)
+        #expect(outbox.takeUnsaved().isEmpty)
+        bus.acknowledgeAll()
+        #expect(outbox.takeUnsaved().map(\.1) == [5])
+    }
+
+    @Test func aFailedSaveKeepsTheDeviceFollowed() throws {
+        let outbox = outbox()
+        for d in 0..<100 { try outbox.send(DeviceID("d\(d)")!, seq: 1, body: [1], on: bus) }
+        bus.acknowledgeAll()
+        let moved = outbox.takeUnsaved()
+        outbox.unsave(moved)
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 100)
+        #expect(outbox.takeUnsaved().count == 100)
+    }
+
+    @Test func tipsAreTheNewestSendsOfDevicesThatFellQuiet() throws {
+        let outbox = outbox()
+        try outbox.send(DeviceID("old")!, seq: 3, body: [1], on: bus)
+        clock.advance(by: .seconds(400))
+        try outbox.send(DeviceID("a")!, seq: 1, body: [1], on: bus)
+        try outbox.send(DeviceID("b")!, seq: 7, body: [1], on: bus)
+        try outbox.send(DeviceID("a")!, seq: 2, body: [1], on: bus)
+        clock.advance(by: .seconds(2))
+        try outbox.send(DeviceID("busy")!, seq: 9, body: [1], on: bus)
+        // `busy` sent just now, `old` too long ago; `a` counts with its newest seq.
+        #expect(outbox.tips() == ["a": 2, "b": 7])
+        #expect(outbox.tips(limit: 1).count == 1)
+        bus.acknowledgeAll()
+        _ = outbox.takeUnsaved()
+        outbox.forgetSettled()
+        #expect(outbox.tips() == ["a": 2, "b": 7], "forgetting settled devices keeps their tips")
+    }
+}
