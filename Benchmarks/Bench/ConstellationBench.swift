@@ -4,18 +4,19 @@ import Model
 import Synchronization
 import TestSupport
 
-/// `tracker-bench constellation [N]`: the whole product, five services and
-/// a local sink on one broker.
-/// - Throughput: N fixes of noisy drives (1,600 a device) in as fast as the
+/// `tracker-bench constellation [N] [DEVICES]`: the whole product, five
+/// services and a local sink on one broker.
+/// - Throughput: N fixes of noisy drives (1,600 a device, or N / DEVICES
+///   over DEVICES devices, each round every device once) in as fast as the
 ///   broker acknowledges, until the track service has stored and the sink
 ///   has received every accepted point; against the broker's QoS 1 ceiling
 ///   (one publisher, one subscriber) measured on the same broker in the same run.
 /// - Latency from publish to the `location` event at 1,000 fixes/s and at
-///   half the measured throughput.
+///   half the measured throughput, over 20 fresh devices or DEVICES.
 /// - Each service's memory after the run (`constellation 1000000` for the
 ///   issue's million fixes).
 enum ConstellationBench {
-    static func run(count: Int) async throws {
+    static func run(count: Int, devices fleet: Int? = nil) async throws {
         let quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
         let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
         var ceilings: [Double] = []
@@ -34,12 +35,12 @@ enum ConstellationBench {
         // Twenty real-looking drives (seeds 1–20), repeated under other device ids as the fleet grows.
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).prefix(1_600).map(\.fix)) }
-        let devices = max(1, (count + 1_599) / 1_600)
+        let devices = fleet ?? max(1, (count + 1_599) / 1_600)
         let start = ContinuousClock.now
         var sent = 0
-        for round in 0..<1_600 where sent < count {
+        for round in 0..<((count + devices - 1) / devices) where sent < count {
             for device in 0..<devices where sent < count {
-                let fix = drives[device % 20][round]
+                let fix = drives[device % 20][round % 1_600]
                 while client.inFlight > 2_000 { await Task.yield() }
                 try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
                 sent += 1
@@ -49,6 +50,7 @@ enum ConstellationBench {
         let published = (ContinuousClock.now - start).seconds
         let judged = try await constellation.waitJudged(Int64(count), timeout: 3_600)
         let accepted = judged.counters?["accepted"] ?? 0
+        if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (judged.counters ?? [:]).sorted { $0.key < $1.key }) }
         let filtered = (ContinuousClock.now - start).seconds
         try await constellation.waitHealth("track", timeout: 3_600, description: "every point stored") { $0.processed >= accepted }
         let stored = (ContinuousClock.now - start).seconds
@@ -70,7 +72,8 @@ enum ConstellationBench {
         // LATENCY_RATES=a,b,…: other rates besides these two.
         let extra = (ProcessInfo.processInfo.environment["LATENCY_RATES"] ?? "").split(separator: ",").compactMap { Int($0) }
         for rate in [1_000, Int(throughput / 2)] + extra {
-            let (p50, p99, samples) = try await latency(constellation, rate: rate, seconds: 10, drives: drives, tag: "r\(rate)")
+            let (p50, p99, samples) = try await latency(constellation, rate: rate, seconds: 10, drives: drives, tag: "r\(rate)",
+                                                        devices: max(20, fleet ?? 20))
             print(String(format: "latency publish → location event at %d fixes/s: p50 %.1f ms, p99 %.1f ms (%d events)", rate, p50, p99, samples))
         }
         for service in Constellation.services {
@@ -81,9 +84,10 @@ enum ConstellationBench {
         await client.disconnect()
     }
 
-    /// Fixes paced at `rate` a second over 20 fresh devices; the time from
-    /// each publish to its `location` event (a device's k-th fix gets seq k).
-    static func latency(_ constellation: Constellation, rate: Int, seconds: Int, drives: [[DeviceFix]], tag: String) async throws
+    /// Fixes paced at `rate` a second over `devices` fresh devices; the time
+    /// from each publish to its `location` event (a device's k-th fix gets seq k).
+    static func latency(_ constellation: Constellation, rate: Int, seconds: Int, drives: [[DeviceFix]], tag: String,
+                        devices: Int = 20) async throws
         -> (p50: Double, p99: Double, samples: Int) {
         let client = try await constellation.operatorClient()
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
@@ -112,7 +116,7 @@ enum ConstellationBench {
         for i in 0..<total {
             let due = start + .microseconds(Int64(i) * 1_000_000 / Int64(rate))
             if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
-            let device = "\(tag)-\(i % 20)", k = i / 20
+            let device = "\(tag)-\(i % devices)", k = i / devices
             sentAt.withLock { $0["\(device):\(k + 1)"] = ContinuousClock.now }
             try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", string: DemoRecording.line(drives[i % 20][k % 1_600])))
         }

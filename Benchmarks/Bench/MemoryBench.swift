@@ -16,6 +16,9 @@ enum MemoryBench {
         var config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
         // MEMORY_CACHE=N: the services' deviceCacheCapacity, to see what it costs and saves.
         if let capacity = ProcessInfo.processInfo.environment["MEMORY_CACHE"].flatMap(Int.init) { config["deviceCacheCapacity"] = capacity }
+        // MEMORY_BUDGET=MB: the services' cacheBudgetMB; MEMORY_SQLITE=MB: their sqliteCacheMB.
+        if let budget = ProcessInfo.processInfo.environment["MEMORY_BUDGET"].flatMap(Int.init) { config["cacheBudgetMB"] = budget }
+        if let sqlite = ProcessInfo.processInfo.environment["MEMORY_SQLITE"].flatMap(Int.init) { config["sqliteCacheMB"] = sqlite }
         let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: config)
         let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: config)
         try gateway.start()

@@ -4,7 +4,7 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | row-codec | memory [count] [devices]"
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | row-codec | memory [count] [devices] | retention [devices] [rounds] [total] | constellation [count] [devices]"
 
 /// The positive whole number at `arguments[index]`, or `fallback` when
 /// there is none. Anything else is refused by name: a word was read as the
@@ -27,6 +27,10 @@ func ratioLine(_ name: String, _ rate: Double, _ ceiling: Double, unit: String =
 // A failure says what went wrong and exits 1, without a crash report.
 do {
     switch arguments.first {
+    case "retention":
+        try await RetentionBench.run(devices: arguments.count > 1 ? Int(arguments[1]) ?? 10_000 : 10_000,
+                                     rounds: arguments.count > 2 ? Int(arguments[2]) ?? 60 : 60,
+                                     total: arguments.count > 3 ? Int(arguments[3]) ?? 100_000 : 100_000)
     case "row-codec":
         try RowCodecBench.run()
     case "quality":
@@ -39,7 +43,7 @@ do {
         try await MapPageBench.run(devices: try positiveArgument(1, default: 1_000),
                                    seconds: try positiveArgument(2, default: 20))
     case "constellation":
-        try await ConstellationBench.run(count: count)
+        try await ConstellationBench.run(count: count, devices: arguments.count > 2 ? Int(arguments[2]) : nil)
     case "repair":
         try await RepairBench.run(count: try positiveArgument(1, default: 8_000))
     case "demo-recording" where arguments.count == 2:
