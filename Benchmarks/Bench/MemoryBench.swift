@@ -12,23 +12,15 @@ enum MemoryBench {
     static let window = ProcessInfo.processInfo.environment["MEMORY_WINDOW"].flatMap(Int.init) ?? 5_000
 
     static func run(count: Int, devices: Int) async throws {
-        let broker = try TestBroker()
         var config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
         // MEMORY_CACHE=N: the services' deviceCacheCapacity, to see what it costs and saves.
         if let capacity = ProcessInfo.processInfo.environment["MEMORY_CACHE"].flatMap(Int.init) { config["deviceCacheCapacity"] = capacity }
         // MEMORY_BUDGET=MB: the services' cacheBudgetMB; MEMORY_SQLITE=MB: their sqliteCacheMB.
         if let budget = ProcessInfo.processInfo.environment["MEMORY_BUDGET"].flatMap(Int.init) { config["cacheBudgetMB"] = budget }
         if let sqlite = ProcessInfo.processInfo.environment["MEMORY_SQLITE"].flatMap(Int.init) { config["sqliteCacheMB"] = sqlite }
-        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: config)
-        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker, config: config)
-        try gateway.start()
-        try filter.start()
-        defer { gateway.stop(); filter.stop() }
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
-        try await health.wait(timeout: 120, description: "both online") { all in
-            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map(\.service)).count == 2
-        }
-        let publisher = try await TestClient.connect(port: broker.port)
+        let services = try await GatewayAndFilter.start(gateway: config, filter: config)
+        defer { services.stop() }
+        let publisher = try await TestClient.connect(port: services.broker.port)
         let start = ContinuousClock.now
         for i in 0..<count {
             // Round robin: every device speaks once per round, as a fleet does.
@@ -38,19 +30,16 @@ enum MemoryBench {
             try publisher.publish(MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
         }
         await publisher.drain(timeout: .seconds(600))
-        try await health.wait(timeout: 900, description: "the filter judged every fix") { all in
-            all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload))).map { $0.service == "filter" && $0.processed >= Int64(count) }) ?? false }
-        }
+        try await services.waitJudged(Int64(count))
         let seconds = (ContinuousClock.now - start).seconds
         print(String(format: "%d fixes over %d devices through gateway and filter in %.0f s (%.0f fixes/s)", count, devices, seconds, Double(count) / seconds))
         // How many messages each commit carried: what a device's row write is spread over.
-        let newest = Dictionary(health.messages.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map { ($0.service, $0) },
-                                uniquingKeysWith: { $0.timeMs >= $1.timeMs ? $0 : $1 })
+        let newest = services.newestHealth
         for name in ["gateway", "filter"] {
             guard let h = newest[name], let commits = h.counters?["commits"], commits > 0 else { continue }
             print(String(format: "  %@: %.1f messages per commit (%lld commits)", name as NSString, Double(h.processed) / Double(commits), commits))
         }
-        for (name, service) in [("gateway", gateway), ("filter", filter)] {
+        for (name, service) in [("gateway", services.gateway), ("filter", services.filter)] {
             let memory = service.process?.memory
             let files = (try? FileManager.default.contentsOfDirectory(atPath: service.dataDir.path)) ?? []
             let sizes = files.filter { $0.contains(".sqlite") }.sorted().map { file -> String in

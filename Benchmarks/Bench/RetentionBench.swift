@@ -15,20 +15,11 @@ import TestSupport
 /// growing once the totals are reached.
 enum RetentionBench {
     static func run(devices: Int, rounds: Int, total: Int) async throws {
-        let broker = try TestBroker()
         let common: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
-        let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker,
-                                         config: common.merging(["ringTotalCapacity": total, "ringCapacity": 1_000]) { $1 })
-        let filter = try ServiceHarness(executable: "tracker-filter", broker: broker,
-                                        config: common.merging(["retentionTotal": total, "retentionPerDevice": 100]) { $1 })
-        try gateway.start()
-        try filter.start()
-        defer { gateway.stop(); filter.stop() }
-        let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
-        try await health.wait(timeout: 120, description: "both online") { all in
-            Set(all.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map(\.service)).count == 2
-        }
-        let publisher = try await TestClient.connect(port: broker.port)
+        let services = try await GatewayAndFilter.start(gateway: common.merging(["ringTotalCapacity": total, "ringCapacity": 1_000]) { $1 },
+                                                        filter: common.merging(["retentionTotal": total, "retentionPerDevice": 100]) { $1 })
+        defer { services.stop() }
+        let publisher = try await TestClient.connect(port: services.broker.port)
         let monthMs: Int64 = 30 * 86_400_000
         let startMs = Int64(Date().timeIntervalSince1970 * 1000) - monthMs
         print(String(format: "%d devices, %d rounds over 30 days (a round every %.1f h), log totals %d", devices, rounds,
@@ -44,13 +35,10 @@ enum RetentionBench {
             }
             guard (round + 1) % max(1, rounds / 6) == 0 || round == rounds - 1 else { continue }
             await publisher.drain(timeout: .seconds(600))
-            let judged = Int64(sent)
-            try await health.wait(timeout: 900, description: "the filter judged every fix") { all in
-                all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload))).map { $0.service == "filter" && $0.processed >= judged }) ?? false }
-            }
+            try await services.waitJudged(Int64(sent))
             let day = Double(round + 1) / Double(rounds) * 30
-            print(String(format: "day %4.1f, %8d fixes:", day, sent), try describe(gateway, tables: ["raw_fixes", "sessions"]),
-                  "|", try describe(filter, tables: ["decisions", "judged", "points"]))
+            print(String(format: "day %4.1f, %8d fixes:", day, sent), try describe(services.gateway, tables: ["raw_fixes", "sessions"]),
+                  "|", try describe(services.filter, tables: ["decisions", "judged", "points"]))
         }
     }
 

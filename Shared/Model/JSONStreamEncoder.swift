@@ -76,36 +76,12 @@ final class JSONStream {
     // Each write is one access to `bytes`: a class's stored property is
     // checked for exclusive access on every access, and per byte that was
     // a third of the time.
-    func key(_ key: String) { Self.write(key, colon: true, into: &bytes) }
-
-    func string(_ s: String) { Self.write(s, colon: false, into: &bytes) }
-
-    private static func write(_ s: String, colon: Bool, into bytes: inout [UInt8]) {
-        bytes.append(UInt8(ascii: "\""))
-        var s = s
-        s.withUTF8 { utf8 in
-            // Field names and most values need no escaping: copied at once.
-            guard utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
-                bytes.append(contentsOf: utf8)
-                return
-            }
-            for b in utf8 {
-                switch b {
-                case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
-                case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
-                case 0x0A: bytes.append(contentsOf: [92, UInt8(ascii: "n")])
-                case 0x0D: bytes.append(contentsOf: [92, UInt8(ascii: "r")])
-                case 0x09: bytes.append(contentsOf: [92, UInt8(ascii: "t")])
-                case 0..<0x20:
-                    let hex = Array("0123456789abcdef".utf8)
-                    bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
-                default: bytes.append(b)
-                }
-            }
-        }
-        bytes.append(UInt8(ascii: "\""))
-        if colon { bytes.append(UInt8(ascii: ":")) }
+    func key(_ key: String) {
+        JSONWriter.appendQuoted(key, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
     }
+
+    func string(_ s: String) { JSONWriter.appendQuoted(s, to: &bytes) }
 
     /// The shortest digits that read back as `v` (a Float's own, not its Double's).
     func number<F: BinaryFloatingPoint & LosslessStringConvertible>(_ v: F) throws {

@@ -53,19 +53,30 @@ public struct JSONWriter {
         if first { first = false } else { bytes.append(UInt8(ascii: ",")) }
     }
 
-    private mutating func string(_ s: String) {
+    private mutating func string(_ s: String) { Self.appendQuoted(s, to: &bytes) }
+
+    /// `s` as a JSON string, quotes included (and `JSONStreamEncoder`'s).
+    static func appendQuoted(_ s: String, to bytes: inout [UInt8]) {
         bytes.append(UInt8(ascii: "\""))
-        for b in s.utf8 {
-            switch b {
-            case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
-            case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
-            case 0x0A: bytes.append(contentsOf: [92, UInt8(ascii: "n")])
-            case 0x0D: bytes.append(contentsOf: [92, UInt8(ascii: "r")])
-            case 0x09: bytes.append(contentsOf: [92, UInt8(ascii: "t")])
-            case 0..<0x20:
-                let hex = Array("0123456789abcdef".utf8)
-                bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
-            default: bytes.append(b)
+        var s = s
+        s.withUTF8 { utf8 in
+            // Field names and most values need no escaping: copied at once.
+            guard utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) else {
+                bytes.append(contentsOf: utf8)
+                return
+            }
+            for b in utf8 {
+                switch b {
+                case UInt8(ascii: "\""): bytes.append(contentsOf: [92, 34])
+                case UInt8(ascii: "\\"): bytes.append(contentsOf: [92, 92])
+                case 0x0A: bytes.append(contentsOf: [92, UInt8(ascii: "n")])
+                case 0x0D: bytes.append(contentsOf: [92, UInt8(ascii: "r")])
+                case 0x09: bytes.append(contentsOf: [92, UInt8(ascii: "t")])
+                case 0..<0x20:
+                    let hex = Array("0123456789abcdef".utf8)
+                    bytes.append(contentsOf: [92, UInt8(ascii: "u"), 48, 48, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
+                default: bytes.append(b)
+                }
             }
         }
         bytes.append(UInt8(ascii: "\""))
