@@ -33,8 +33,13 @@ final class JSONStream {
     var bytes: [UInt8] = []
     private var open: [(id: Int, closer: UInt8, empty: Bool)] = []
     private var nextID = 0
+    /// Set for a stream that takes no writes (a super encoder's): why.
+    let refusal: String?
 
-    init() { bytes.reserveCapacity(1024) }
+    init(refusal: String? = nil) {
+        self.refusal = refusal
+        bytes.reserveCapacity(refusal == nil ? 1024 : 0)
+    }
 
     /// Encodes one value at `level` (the number of containers around it).
     func encodeValue<T: Encodable>(_ value: T, level: Int) throws {
@@ -43,7 +48,7 @@ final class JSONStream {
         }
         let start = bytes.count
         try value.encode(to: JSONSlotEncoder(stream: self, level: level, start: start))
-        try close(deeperThan: level)
+        close(deeperThan: level)
         // A value that asked for no container is an empty object, as JSONEncoder writes it.
         if bytes.count == start { bytes.append(contentsOf: [UInt8(ascii: "{"), UInt8(ascii: "}")]) }
     }
@@ -60,7 +65,8 @@ final class JSONStream {
     /// Before a write into the container `id` at `level`: closes the ones
     /// inside it and writes the separator.
     func prepare(_ id: Int, level: Int) throws {
-        try close(deeperThan: level + 1)
+        if let refusal { throw JSONStreamEncoder.Unsupported(description: refusal) }
+        close(deeperThan: level + 1)
         guard open.count == level + 1, open[level].id == id else {
             throw JSONStreamEncoder.Unsupported(description: "a write to a container that was already closed")
         }
@@ -69,7 +75,7 @@ final class JSONStream {
 
     func isOpenCount(_ level: Int) -> Bool { open.count == level }
 
-    func close(deeperThan level: Int) throws {
+    func close(deeperThan level: Int) {
         while open.count > level { bytes.append(open.removeLast().closer) }
     }
 
@@ -83,11 +89,10 @@ final class JSONStream {
 
     func string(_ s: String) { JSONWriter.appendQuoted(s, to: &bytes) }
 
-    /// The shortest digits that read back as `v` (a Float's own, not its Double's).
     func number<F: BinaryFloatingPoint & LosslessStringConvertible>(_ v: F) throws {
         // JSONEncoder refuses these by default; so does this.
         guard v.isFinite else { throw EncodingError.invalidValue(v, .init(codingPath: [], debugDescription: "\(v) is not valid JSON")) }
-        if v.rounded() == v, abs(v) < 9e15 { integer(Int64(v)) } else { bytes.append(contentsOf: v.description.utf8) }
+        JSONWriter.appendNumber(v, to: &bytes)
     }
 
     func integer<I: BinaryInteger>(_ v: I) { bytes.append(contentsOf: String(v).utf8) }
@@ -119,6 +124,9 @@ private struct JSONSlotEncoder: Encoder {
     private func open(_ opener: UInt8, _ closer: UInt8) -> Int {
         (try? stream.openContainer(opener, closer, level: level)) ?? 0
     }
+
+    /// What a super encoder is here: whatever is written to it throws.
+    static var refusing: JSONSlotEncoder { JSONSlotEncoder(stream: JSONStream(refusal: "super encoders are not supported"), level: 0, start: 0) }
 }
 
 private struct JSONKeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtocol {
@@ -162,8 +170,8 @@ private struct JSONKeyedContainer<Key: CodingKey>: KeyedEncodingContainerProtoco
         return JSONUnkeyedContainer(stream: stream, level: level + 1, id: id)
     }
 
-    mutating func superEncoder() -> any Encoder { JSONRefusingEncoder() }
-    mutating func superEncoder(forKey key: Key) -> any Encoder { JSONRefusingEncoder() }
+    mutating func superEncoder() -> any Encoder { JSONSlotEncoder.refusing }
+    mutating func superEncoder(forKey key: Key) -> any Encoder { JSONSlotEncoder.refusing }
 }
 
 private struct JSONUnkeyedContainer: UnkeyedEncodingContainer {
@@ -210,7 +218,7 @@ private struct JSONUnkeyedContainer: UnkeyedEncodingContainer {
         return JSONUnkeyedContainer(stream: stream, level: level + 1, id: id)
     }
 
-    mutating func superEncoder() -> any Encoder { JSONRefusingEncoder() }
+    mutating func superEncoder() -> any Encoder { JSONSlotEncoder.refusing }
 }
 
 private struct JSONSingleValue: SingleValueEncodingContainer {
@@ -221,6 +229,7 @@ private struct JSONSingleValue: SingleValueEncodingContainer {
 
     /// A single value is written once, where its slot is, and is all the slot holds.
     private func begin() throws {
+        if let refusal = stream.refusal { throw JSONStreamEncoder.Unsupported(description: refusal) }
         guard stream.isOpenCount(level), stream.bytes.count == start else {
             throw JSONStreamEncoder.Unsupported(description: "a second value written where one was")
         }
@@ -245,36 +254,4 @@ private struct JSONSingleValue: SingleValueEncodingContainer {
         try begin()
         try stream.encodeValue(value, level: level)
     }
-}
-
-/// What a super encoder is here: every container it gives refuses its first write.
-private struct JSONRefusingEncoder: Encoder {
-    var codingPath: [any CodingKey] { [] }
-    var userInfo: [CodingUserInfoKey: Any] { [:] }
-    func container<Key: CodingKey>(keyedBy type: Key.Type) -> KeyedEncodingContainer<Key> {
-        KeyedEncodingContainer(JSONKeyedContainer<Key>(stream: JSONStream(), level: 0, id: 0))
-    }
-    func unkeyedContainer() -> any UnkeyedEncodingContainer { JSONUnkeyedContainer(stream: JSONStream(), level: 0, id: 0) }
-    func singleValueContainer() -> any SingleValueEncodingContainer { JSONRefusingSingleValue() }
-}
-
-private struct JSONRefusingSingleValue: SingleValueEncodingContainer {
-    var codingPath: [any CodingKey] { [] }
-    private func refuse() throws -> Never { throw JSONStreamEncoder.Unsupported(description: "super encoders are not supported") }
-    mutating func encodeNil() throws { try refuse() }
-    mutating func encode(_ value: Bool) throws { try refuse() }
-    mutating func encode(_ value: String) throws { try refuse() }
-    mutating func encode(_ value: Double) throws { try refuse() }
-    mutating func encode(_ value: Float) throws { try refuse() }
-    mutating func encode(_ value: Int) throws { try refuse() }
-    mutating func encode(_ value: Int8) throws { try refuse() }
-    mutating func encode(_ value: Int16) throws { try refuse() }
-    mutating func encode(_ value: Int32) throws { try refuse() }
-    mutating func encode(_ value: Int64) throws { try refuse() }
-    mutating func encode(_ value: UInt) throws { try refuse() }
-    mutating func encode(_ value: UInt8) throws { try refuse() }
-    mutating func encode(_ value: UInt16) throws { try refuse() }
-    mutating func encode(_ value: UInt32) throws { try refuse() }
-    mutating func encode(_ value: UInt64) throws { try refuse() }
-    mutating func encode<T: Encodable>(_ value: T) throws { try refuse() }
 }

@@ -28,11 +28,7 @@ public struct JSONWriter {
     public mutating func value(_ v: Double) {
         comma()
         guard v.isFinite else { bytes.append(contentsOf: "null".utf8); return }
-        if v.rounded() == v, abs(v) < 9e15 {
-            bytes.append(contentsOf: String(Int64(v)).utf8)
-        } else {
-            bytes.append(contentsOf: v.description.utf8)
-        }
+        Self.appendNumber(v, to: &bytes)
     }
     public mutating func null() { comma(); bytes.append(contentsOf: "null".utf8) }
     public mutating func value(_ v: some JSONWritable) { v.write(to: &self) }
@@ -54,6 +50,17 @@ public struct JSONWriter {
     }
 
     private mutating func string(_ s: String) { Self.appendQuoted(s, to: &bytes) }
+
+    /// A finite number as JSONEncoder writes it: whole ones without a
+    /// fraction, others in the shortest digits that read back as `v` (a
+    /// Float's own, not its Double's). Shared with `JSONStreamEncoder`.
+    static func appendNumber<F: BinaryFloatingPoint & LosslessStringConvertible>(_ v: F, to bytes: inout [UInt8]) {
+        if v.rounded() == v, abs(v) < 9e15 {
+            bytes.append(contentsOf: String(Int64(v)).utf8)
+        } else {
+            bytes.append(contentsOf: v.description.utf8)
+        }
+    }
 
     /// `s` as a JSON string, quotes included (and `JSONStreamEncoder`'s).
     static func appendQuoted(_ s: String, to bytes: inout [UInt8]) {

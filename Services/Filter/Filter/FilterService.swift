@@ -38,10 +38,11 @@ struct FilterSettings {
 /// `tracker/{device}/points`: the filter's table for the service host.
 enum FilterService {
     static func definition(_ settings: FilterSettings) -> ServiceDefinition<FilterRow> {
-        let rows = RowCodec<FilterRow>(fresh: { FilterRow() }, encode: { $0.stored }) { data in
+        // The binary form (StoredRow.swift); rows of earlier releases are JSON and still read.
+        let rows = RowCodec<FilterRow>(fresh: { FilterRow() }, encode: { $0.stored }, decode: { data in
             let (row, restarted) = try FilterRow.restored(from: data, using: JSONCoding.decoder)
             return (row, restarted ? "saved filter state is in a shape this version cannot read (see SavedState.swift); the filter restarts, odometer kept" : nil)
-        }
+        }, binary: true)
         return ServiceDefinition(name: "filter", migrations: FilterStore.migrations, rows: rows) { db in
             let store = try FilterStore(db: db)
             let core = FilterCore(profile: settings.profile)

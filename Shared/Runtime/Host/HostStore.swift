@@ -54,8 +54,8 @@ public final class HostStore {
     }
 
     /// A row in JSON is stored as text (SQL's json functions read it), one in a binary form as a blob.
-    func save(_ device: DeviceID, row: [UInt8], inputs: [UInt8]) throws {
-        try save.run(.text(device.rawValue), row.first == UInt8(ascii: "{") ? .utf8(row) : .blob(row), .utf8(inputs))
+    func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8]) throws {
+        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .utf8(inputs))
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {

@@ -56,16 +56,20 @@ public struct ServiceWorker {
     public init(_ make: @escaping (any MessageBus, HealthCounters) -> any LongRunning) { self.make = make }
 }
 
-/// How a device's row is stored: one JSON document per device in the host's table.
+/// How a device's row is stored: one document per device in the host's
+/// table, JSON (as text, which SQL's json functions read) or a binary form
+/// of the service's own (as a blob).
 public struct RowCodec<Row> {
     public var fresh: () -> Row
     public var encode: (Row) -> [UInt8]
     /// The row, and a warning to log when it had to be rebuilt (an older version's).
     public var decode: (Data) throws -> (row: Row, warning: String?)
+    /// `encode` writes a binary form, not JSON.
+    public var binary: Bool
 
     public init(fresh: @escaping () -> Row, encode: @escaping (Row) -> [UInt8],
-                decode: @escaping (Data) throws -> (row: Row, warning: String?)) {
-        self.fresh = fresh; self.encode = encode; self.decode = decode
+                decode: @escaping (Data) throws -> (row: Row, warning: String?), binary: Bool = false) {
+        self.fresh = fresh; self.encode = encode; self.decode = decode; self.binary = binary
     }
 }
 

@@ -321,7 +321,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             do {
                 for (device, entry) in cache.dirtyEntries {
                     let row = rows.encode(entry.row), inputs = JSONCoding.stored(entry.inputs)
-                    try store.save(device, row: row, inputs: inputs)
+                    try store.save(device, row: row, binary: rows.binary, inputs: inputs)
                     cache.written(device, storedBytes: row.count + inputs.count)
                 }
                 try db.commitBatch()
