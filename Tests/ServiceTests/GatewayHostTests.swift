@@ -53,6 +53,25 @@ import Testing
         #expect(sessionEvents() == ["started", "stopped"])
     }
 
+    @Test func aDeviceKeepsItsNewestSessionsUpToSessionsPerDevice() throws {
+        let gateway = try host(idleTimeoutSec: 60, settings: ["sessionsPerDevice": .number(10)])
+        // Two minutes apart with a minute's idle timeout: every fix opens a session.
+        var starts: [Int64] = []
+        for i in 0..<15 {
+            let t = Double(clock.nowMs()) / 1000
+            starts.append(clock.nowMs())
+            gateway.receive(fix(t))
+            if i < 2 { gateway.receive(MQTTMessage(topic: "tracker/van2/fixes", string: #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":5}"#)) }
+            #expect(gateway.commit())
+            clock.advance(by: .seconds(120))
+        }
+        #expect(sessionEvents().filter { $0 == "started" }.count == 17)
+        let db = try Database(path: database.path, readOnly: true)
+        let kept = try GatewayStore.sessions(db, DeviceID("van1")!, fromMs: nil, toMs: nil)
+        #expect(kept.map(\.startMs) == Array(starts.suffix(10)))
+        #expect(try GatewayStore.sessions(db, DeviceID("van2")!, fromMs: nil, toMs: nil).count == 2)
+    }
+
     @Test func rawFixesCarryTheStoreEpochAndSeqsFromOne() throws {
         let gateway = try host()
         let t = Double(clock.nowMs()) / 1000

@@ -8,6 +8,8 @@ import Runtime
 struct GatewaySettings {
     var ringCapacity: Int
     var ringTotalCapacity: Int
+    var sessionsPerDevice: Int
+    var sessionsTotal: Int
     var sessionPolicy: SessionPolicy
     var validator: FixValidator
     var ownTracks: Bool
@@ -23,6 +25,8 @@ struct GatewaySettings {
         // (the 1,000 messages in flight to us), or a redelivered fix would be numbered twice.
         ringCapacity = try reader.int("ringCapacity", default: 50_000, in: 1_000...10_000_000)
         ringTotalCapacity = try reader.int("ringTotalCapacity", default: 5_000_000, in: 1_000...1_000_000_000)
+        sessionsPerDevice = try reader.int("sessionsPerDevice", default: 10_000, in: 10...10_000_000)
+        sessionsTotal = try reader.int("sessionsTotal", default: 1_000_000, in: 1_000...1_000_000_000)
         sessionPolicy = SessionPolicy(
             autoSession: try reader.bool("autoSession", default: true),
             idleTimeoutMs: Int64(try reader.double("sessionIdleTimeoutSec", default: 1_800, in: 1...31_536_000) * 1000))
@@ -47,7 +51,7 @@ enum GatewayService {
     static func definition(_ settings: GatewaySettings, newSessionID: @escaping () -> String = Self.newSessionID)
         -> ServiceDefinition<GatewayRow> {
         ServiceDefinition(name: "gateway", migrations: GatewayStore.migrations, rows: .json(fresh: { GatewayRow() })) { db in
-            let store = try GatewayStore(db: db)
+            let store = try GatewayStore(db: db, sessionsPerDevice: settings.sessionsPerDevice, sessionsTotal: settings.sessionsTotal)
             let handler = Handler(store: store, parser: FixParser(validator: settings.validator),
                                   core: GatewayCore(rules: SessionRules(policy: settings.sessionPolicy)), newSessionID: newSessionID,
                                   regions: RegionKeeper(store: store, arm: settings.ownTracksGeofences, max: settings.maxRegionsPerDevice))
@@ -223,7 +227,7 @@ enum GatewayService {
         private func record(_ change: SessionEffect, _ work: Work<GatewayRow>) throws {
             switch change {
             case .opened(let s):
-                try store.saveSession(s)
+                if try store.openSession(s) { work.count("logsCapped") }
                 work.emit(.sessionStarted(s))
             case .closed(let s):
                 try store.saveSession(s)

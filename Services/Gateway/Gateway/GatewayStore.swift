@@ -100,12 +100,26 @@ final class GatewayStore {
     }
 
 
-    init(db: Database) throws {
+    /// The sessions kept: `sessionsPerDevice` a device, `sessionsTotal` in all.
+    let sessionHistory: HistoryRetention
+
+    init(db: Database, sessionsPerDevice: Int = 10_000, sessionsTotal: Int = 1_000_000) throws {
         self.db = db
         ring = try DeviceLog(db: db, table: "raw_fixes")
+        sessionHistory = try HistoryRetention(db: db, table: "sessions", orderColumn: "startMs",
+                                              keepPerDevice: sessionsPerDevice, maxTotal: sessionsTotal)
     }
 
     // MARK: Sessions
+
+    /// A new session: the device's oldest beyond what it keeps go. Returns
+    /// whether the sessions were cut to their total.
+    func openSession(_ s: Session) throws -> Bool {
+        try saveSession(s)
+        let cut = try sessionHistory.added()
+        try sessionHistory.trim(s.device)
+        return cut
+    }
 
     func saveSession(_ s: Session) throws {
         try db.run("""

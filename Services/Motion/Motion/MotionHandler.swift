@@ -140,10 +140,10 @@ final class MotionHandler {
                 work.emit(.motionChange(state, point: point), timeMs: timeMs)
                 if state == .stationary { settled(at: timeMs, work) }
             case .stopEnded(let stop):
-                try store.record(stop, device: work.device)
+                if try store.record(stop, device: work.device) { work.count("logsCapped") }
                 work.emit(.stopEnded(stop), timeMs: stop.departureMs ?? stop.arrivalMs)
             case .tripEnded(let trip):
-                try store.record(trip, device: work.device)
+                if try store.record(trip, device: work.device) { work.count("logsCapped") }
                 work.emit(.tripEnded(trip), timeMs: trip.endMs ?? trip.startMs)
             }
         }
@@ -162,7 +162,7 @@ final class MotionHandler {
 
     func apply(_ crossings: [Crossing], _ work: Work<MotionDeviceRow>) throws {
         for crossing in crossings {
-            try store.record(crossing, device: work.device)
+            if try store.record(crossing, device: work.device) { work.count("logsCapped") }
             let fence = try fences(crossing.fleet == true ? .fleet : work.device).fence(crossing.geofenceID)?.fence
             let wanted = switch crossing.kind {
             case .enter: fence?.notifyOnEntry ?? true

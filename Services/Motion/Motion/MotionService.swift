@@ -46,7 +46,7 @@ struct MotionDeviceRow: Codable, Equatable {
 enum MotionService {
     static func definition(_ settings: MotionSettings) -> ServiceDefinition<MotionDeviceRow> {
         ServiceDefinition(name: "motion", migrations: MotionStore.migrations, rows: .json(fresh: { MotionDeviceRow() })) { db in
-            let store = try MotionStore(db: db)
+            let store = try MotionStore(db: db, historyPerDevice: settings.historyPerDevice, historyTotal: settings.historyTotal)
             let handler = MotionHandler(store: store, settings: settings)
             var inputs: [InputRoute<MotionDeviceRow>] = [
                 .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
@@ -66,7 +66,7 @@ enum MotionService {
                 inputs: inputs,
                 commands: handler.commands,
                 outbox: OutboxRoute(log: store.motion) { $0.motion($1) },
-                retention: [LogRetention(store.motion, keepPerDevice: settings.retentionPerDevice)],
+                retention: [LogRetention(store.motion, keepPerDevice: settings.retentionPerDevice, maxTotal: settings.retentionTotal)],
                 sweep: SweepRoute(every: .seconds(1), candidates: { try store.devicesDue(byMs: $0) }, apply: handler.sweep),
                 batchAbandoned: handler.forgetCaches)
         }

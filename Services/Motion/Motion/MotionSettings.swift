@@ -19,6 +19,10 @@ struct MotionSettings {
     var maxRadiusM: Double
     var maxRoutePoints: Int
     var retentionPerDevice: Int
+    var retentionTotal: Int
+    /// Crossings, trips and stops each keep this many a device, and `historyTotal` across devices.
+    var historyPerDevice: Int
+    var historyTotal: Int
     /// Crossings, trips and stops older than this (before the device's newest point) are deleted.
     var historyRetentionMs: Int64
 
@@ -57,6 +61,9 @@ struct MotionSettings {
         maxRadiusM = try reader.double("maxGeofenceRadiusM", default: 100_000, in: 1...1_000_000)
         maxRoutePoints = try reader.int("maxRoutePoints", default: 10_000, in: 2...1_000_000)
         retentionPerDevice = try reader.int("retentionPerDevice", default: 10_000, in: 100...10_000_000)
+        retentionTotal = try reader.int("retentionTotal", default: 5_000_000, in: 1_000...1_000_000_000)
+        historyPerDevice = try reader.int("historyPerDevice", default: 10_000, in: 10...10_000_000)
+        historyTotal = try reader.int("historyTotal", default: 1_000_000, in: 1_000...1_000_000_000)
         historyRetentionMs = Int64(try reader.double("historyRetentionDays", default: 90, in: 1...3_650) * 86_400_000)
     }
 }

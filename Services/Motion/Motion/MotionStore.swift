@@ -12,6 +12,8 @@ final class MotionStore {
     private let insertCrossing: Statement
     private let upsertTimer: Statement
     private let deleteTimer: Statement
+    /// Crossings, trips and stops, each held per device and in all.
+    private let crossings, trips, stops: HistoryRetention
 
     static let migrations: [(name: String, sql: String)] = [
         ("1-motion", DeviceLog.schema("motion") + """
@@ -33,8 +35,11 @@ final class MotionStore {
             """),
     ]
 
-    init(db: Database) throws {
+    init(db: Database, historyPerDevice: Int = 10_000, historyTotal: Int = 1_000_000) throws {
         self.db = db
+        crossings = try HistoryRetention(db: db, table: "crossings", orderColumn: "timeMs", keepPerDevice: historyPerDevice, maxTotal: historyTotal)
+        trips = try HistoryRetention(db: db, table: "trips", orderColumn: "startMs", keepPerDevice: historyPerDevice, maxTotal: historyTotal)
+        stops = try HistoryRetention(db: db, table: "stops", orderColumn: "arrivalMs", keepPerDevice: historyPerDevice, maxTotal: historyTotal)
         motion = try DeviceLog(db: db, table: "motion")
         insertCrossing = try db.prepare("INSERT INTO crossings (device, fence, fleet, timeMs, body) VALUES (?, ?, ?, ?, ?)")
         upsertTimer = try db.prepare("INSERT OR REPLACE INTO timers (device, dueMs) VALUES (?, ?)")
@@ -66,11 +71,13 @@ final class MotionStore {
 
     // MARK: Crossings, trips, stops
 
-    func record(_ crossing: Crossing, device: DeviceID) throws {
+    /// Each `record` returns whether its table was cut to its total.
+    func record(_ crossing: Crossing, device: DeviceID) throws -> Bool {
         var stored = crossing
         stored.device = device
         try insertCrossing.run(.text(device.rawValue), .text(crossing.geofenceID), .bool(crossing.fleet == true),
                                .integer(crossing.timeMs), .json(JSONCoding.encode(stored)))
+        return try crossings.added()
     }
 
     /// Deletes the history of one fence or all, of a device (or, for
@@ -82,24 +89,30 @@ final class MotionStore {
         } else {
             try db.run("DELETE FROM crossings WHERE \(scope)", bindings)
         }
+        crossings.removed(db.changes)
         return db.changes
     }
 
-    func record(_ trip: Trip, device: DeviceID) throws {
+    func record(_ trip: Trip, device: DeviceID) throws -> Bool {
         try db.run("INSERT OR REPLACE INTO trips (device, startMs, body) VALUES (?, ?, ?)",
                    .text(device.rawValue), .integer(trip.startMs), .json(JSONCoding.encode(TripReport(trip))))
+        return try trips.added()
     }
 
-    func record(_ stop: Stop, device: DeviceID) throws {
+    func record(_ stop: Stop, device: DeviceID) throws -> Bool {
         try db.run("INSERT OR REPLACE INTO stops (device, arrivalMs, body) VALUES (?, ?, ?)",
                    .text(device.rawValue), .integer(stop.arrivalMs), .json(JSONCoding.encode(StopReport(stop))))
+        return try stops.added()
     }
 
-    /// Deletes the device's history (crossings, trips, stops) from before `timeMs`.
+    /// Deletes the device's history (crossings, trips, stops) from before
+    /// `timeMs`, and beyond the rows it keeps of each.
     func trimHistory(_ device: DeviceID, before timeMs: Int64) throws {
-        try db.run("DELETE FROM crossings WHERE device = ? AND timeMs < ?", .text(device.rawValue), .integer(timeMs))
-        try db.run("DELETE FROM trips WHERE device = ? AND startMs < ?", .text(device.rawValue), .integer(timeMs))
-        try db.run("DELETE FROM stops WHERE device = ? AND arrivalMs < ?", .text(device.rawValue), .integer(timeMs))
+        for (history, column) in [(crossings, "timeMs"), (trips, "startMs"), (stops, "arrivalMs")] {
+            try db.run("DELETE FROM \(history.table) WHERE device = ? AND \(column) < ?", .text(device.rawValue), .integer(timeMs))
+            history.removed(db.changes)
+            try history.trim(device)
+        }
     }
 
     // MARK: Routes and timers

@@ -9,6 +9,7 @@ struct TrackSettings {
     /// Points older than this (before the device's newest point) are deleted.
     var maxDaysToPersist: Double
     var maxPointsPerDevice: Int
+    var maxPointsTotal: Int
     var gapAfterMs: Int64
     var gapMinDistanceM: Double
     /// An OSRM server of the operator's for snapping built tracks to roads (off by default).
@@ -28,6 +29,7 @@ struct TrackSettings {
         roadSnapTimeoutMs = try reader.int("roadSnapTimeoutMs", default: 5_000, in: 100...120_000)
         maxDaysToPersist = try reader.double("maxDaysToPersist", default: 30, in: 1...3_650)
         maxPointsPerDevice = try reader.int("maxPointsPerDevice", default: 2_000_000, in: 1_000...100_000_000)
+        maxPointsTotal = try reader.int("maxPointsTotal", default: 100_000_000, in: 1_000...10_000_000_000)
         gapAfterMs = Int64(try reader.double("trackingGapAfterSec", default: 600, in: 1...86_400) * 1000)
         gapMinDistanceM = try reader.double("trackingGapMinDistanceM", default: 250, in: 0...1_000_000)
         friends = FriendsPolicy(rawValue: try reader.choice("friends", default: FriendsPolicy.ownTracks.rawValue,
@@ -132,7 +134,7 @@ enum TrackService {
                     .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query, settings))) },
                     .query("getSummary") { command, query in .value(try Summary.of(command, query)) },
                 ],
-                retention: [LogRetention(store.points, keepPerDevice: settings.maxPointsPerDevice)])
+                retention: [LogRetention(store.points, keepPerDevice: settings.maxPointsPerDevice, maxTotal: settings.maxPointsTotal)])
         }
     }
 

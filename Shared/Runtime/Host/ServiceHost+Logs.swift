@@ -35,6 +35,9 @@ extension ServiceHost {
                 if let share = capped.share, capped.total < maxTotal / 2, share < capped.keepPerDevice { capped.share = nil }
                 continue
             }
+            // A service's own deletes (an age limit) are not followed: count before cutting.
+            capped.total = try capped.log.totalCount()
+            guard capped.total > maxTotal else { continue }
             let devices = try store.devices()
             let share = max(1, maxTotal * 9 / 10 / max(1, devices.count))
             capped.share = share
