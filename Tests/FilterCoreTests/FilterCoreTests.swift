@@ -322,6 +322,60 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         #expect(verdicts[30...35].map { $0.rejection == .stationaryDrift } == [true, true, true, true, true, false])
     }
 
+    /// A device parked (told `stationary` before the filter parked it) that
+    /// next reports 12 hours later, 2.2 km away, without Doppler: a phone that
+    /// slept while it was driven. That fix is where the device is, not drift.
+    @Test func toldStationaryAFixFarFromThePreviousIsAMoveNotDrift() {
+        let core = FilterCore()
+        var state = DeviceFilterState()
+        var here = start
+        here.speedMps = nil
+        #expect(core.judge(here, state: &state).point != nil)
+        core.noteMotion(.stationary, timeMs: here.timeMs, state: &state)
+        var there = here
+        there.seq = 2
+        there.timeMs += 12 * 3_600_000
+        there.latitude += 0.02
+        let verdict = core.judge(there, state: &state)
+        #expect(verdict.point != nil, "\(verdict.decision.reason)")
+        // And back, 12 hours later again.
+        var back = here
+        back.seq = 3
+        back.timeMs = there.timeMs + 12 * 3_600_000
+        #expect(core.judge(back, state: &state).point != nil)
+    }
+
+    /// Parked by its own fixes (drift without Doppler for ten minutes), silent
+    /// for 12 hours, then reporting every 10 s from 2.2 km away: it was moved.
+    /// The filter follows it there, within two fixes, with or without Doppler.
+    @Test(arguments: [false, true])
+    func aParkedDeviceThatReappearsFarAwayAfterASilenceIsFollowed(doppler: Bool) {
+        let parked = NoiseGenerator(seed: 7).parked(lat: 48.1, lon: 11.5, hours: 1 / 6).map { s -> DeviceFix in
+            var f = s.fix; f.speed = doppler ? 0 : nil; return f
+        }
+        let core = FilterCore()
+        var state = DeviceFilterState()
+        var fixes = inputs(parked)
+        for fix in fixes { _ = core.judge(fix, state: &state) }
+        #expect(state.stop.anchor != nil, "parked by its fixes")
+        let resumeMs = fixes.last!.timeMs + 12 * 3_600_000
+        let away = (0..<12).map { i in
+            var f = start
+            f.seq = Int64(fixes.count + i + 1)
+            f.timeMs = resumeMs + Int64(i) * 10_000
+            f.latitude = 48.12 + Double(i % 3) * 2e-5
+            f.speedMps = doppler ? 0 : nil
+            return f
+        }
+        fixes = away
+        let verdicts = away.map { core.judge($0, state: &state) }
+        let firstPoint = verdicts.firstIndex { $0.point != nil }
+        #expect(firstPoint != nil && firstPoint! <= 1, "\(verdicts.map(\.decision.reason))")
+        #expect(state.stop.anchor.map { _ in true } ?? true)
+        let last = verdicts.last { $0.point != nil }?.point
+        #expect(last.map { abs($0.latitude - 48.12) < 0.001 } == true)
+    }
+
     /// The posmo train recording has this: a position re-reported unchanged
     /// for minutes while the train moves on. Ten such fixes must not look
     /// like ten witnesses that the device jumped.

@@ -186,7 +186,7 @@ extension FilterCore {
     /// (one, when they come seconds apart) that say so: Doppler speed of a
     /// slow walk or more, or a position beyond four times the radius; or,
     /// without Doppler, one beyond twice the radius while the trend is
-    /// confidently moving.
+    /// confidently moving, or beyond four times after two minutes of silence.
     @inline(__always)
     func parked(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard let anchor = state.stop.anchor, let track = state.kalman.track else { return .pass }
@@ -200,8 +200,12 @@ extension FilterCore {
             leaving = doppler >= Self.walkingDopplerMps || fromAnchor > 4 * radius
         } else {
             // Parked drift wanders tens of metres for minutes; a departure
-            // also shows in the fixes' trend as a confident speed.
+            // also shows in the fixes' trend as a confident speed. After a
+            // silence the trend has forgotten (a phone that slept while it
+            // was driven): a fix far from the stop is the way out.
+            let silence = fix.timeMs - track.timeMs >= Self.trendForgetsAfterMs
             leaving = fromAnchor > 2 * radius && state.stop.trend.confidentlyFasterThan(0.5)
+                || silence && fromAnchor > 4 * radius
         }
         state.stop.leavingCount = leaving ? state.stop.leavingCount + 1 : 0
         // Fixes seconds apart (a phone saving battery) cannot wait for a
@@ -237,15 +241,25 @@ extension FilterCore {
     func stopsHere(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
         guard let track = state.kalman.track else { return .pass }
         noteStop(fix, judging, x: track.east.position, y: track.north.position, state: &state)
-        guard state.stop.anchor != nil else { return .pass }
+        guard let anchor = state.stop.anchor else { return .pass }
+        // After a silence, parked where no point went out (it reappeared
+        // standing somewhere else, or was told `stationary` before it got
+        // there): this fix is the stop's point, or the track never reaches
+        // the stop. (Seconds after the last fix, a far anchor is a jump the
+        // filter followed, and publishing it would be the jump.)
+        if let last = state.odometer.lastPoint, (state.ordering.reportIntervalMs ?? 0) >= Self.trendForgetsAfterMs,
+           hypot(anchor.x - last.x, anchor.y - last.y) > 4 * max(profile.stationaryRadiusM, judging.accuracy) {
+            return .pass
+        }
         return drift(fix, state: &state, measured: 0, limit: profile.stationaryRadiusM)
     }
 
     /// 10. Doppler says standing, not yet for long enough to park (a
-    /// walker's single dip): the point waits, nothing is parked.
+    /// walker's single dip): the point waits, nothing is parked. (Parked,
+    /// the fix got here only as the stop's point.)
     @inline(__always)
     func dopplerStanding(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        guard let doppler = fix.speedMps, state.stop.standingRun != nil else { return .pass }
+        guard let doppler = fix.speedMps, state.stop.standingRun != nil, state.stop.anchor == nil else { return .pass }
         return .reject(.stationaryDrift, measured: doppler, limit: Self.standingDopplerMps)
     }
 }

@@ -6,6 +6,9 @@ extension FilterCore {
     /// How often a parked device's position is confirmed while the motion
     /// service has not settled it yet (fix time).
     static let standingConfirmationMs: Int64 = 15_000
+    /// A silence after which the trend windows hold nothing of the time
+    /// before it (three of the longest window's time constant).
+    static let trendForgetsAfterMs: Int64 = 120_000
 
     /// A parked fix: a "still here" point when one is due, otherwise drift.
     func drift(_ fix: FilterInput, state: inout DeviceFilterState, measured: Double, limit: Double) -> GateOutcome {
