@@ -25,7 +25,7 @@ enum RetentionBench {
         let common: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
         let config: [String: [String: Any]] = [
             "gateway": ["ringTotalCapacity": total, "ringCapacity": 1_000, "sessionsTotal": total, "sessionsPerDevice": 1_000],
-            "filter": ["retentionTotal": total, "retentionPerDevice": 100],
+            "filter": ["retentionTotal": total, "retentionPerDevice": 100, "cacheBudgetMB": Int(ProcessInfo.processInfo.environment["FILTER_BUDGET"] ?? "8")!],
             "motion": ["retentionTotal": total, "retentionPerDevice": 100, "historyTotal": total, "historyPerDevice": 1_000],
             "track": ["maxPointsTotal": total, "maxPointsPerDevice": 1_000],
             "uploader": [:],
@@ -68,6 +68,7 @@ enum RetentionBench {
                 $0.processed >= accepted && $0.queueDepth == 0
             }
             print(String(format: "day %4.1f, %8d fixes, %8lld accepted:", Double(round + 1) / Double(rounds) * 30, sent, accepted))
+            if ProcessInfo.processInfo.environment["RETENTION_COUNTERS"] != nil { print("  filter counters:", (judged.counters ?? [:]).sorted { $0.key < $1.key }) }
             for (service, tables) in tables {
                 let health = try await constellation.waitHealth(service, timeout: 30, description: "\(service)'s health") { _ in true }
                 let capped = health.counters?["logsCapped"] ?? 0

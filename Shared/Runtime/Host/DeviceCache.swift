@@ -83,8 +83,12 @@ final class DeviceCache<Entry> {
     func evictIfNeeded() {
         guard entries.count > capacity || bytes > budgetBytes else { return }
         let keepCount = capacity - capacity / 5, keepBytes = budgetBytes - budgetBytes / 5
-        let byAge = entries.filter { !dirty.contains($0.key) }.sorted { $0.value.used < $1.value.used }
-        for (device, _) in byAge {
+        // Ages and ids only: sorting the slots themselves copied every entry (a filter row each).
+        var byAge: [(used: UInt64, device: DeviceID)] = []
+        byAge.reserveCapacity(entries.count)
+        for (device, slot) in entries where !dirty.contains(device) { byAge.append((slot.used, device)) }
+        byAge.sort { $0.used < $1.used }
+        for (_, device) in byAge {
             guard entries.count > keepCount || bytes > keepBytes else { break }
             remove(device)
         }
