@@ -25,7 +25,7 @@ enum RetentionBench {
         let common: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 1]
         let config: [String: [String: Any]] = [
             "gateway": ["ringTotalCapacity": total, "ringCapacity": 1_000, "sessionsTotal": total, "sessionsPerDevice": 1_000],
-            "filter": ["retentionTotal": total, "retentionPerDevice": 100, "cacheBudgetMB": Int(ProcessInfo.processInfo.environment["FILTER_BUDGET"] ?? "8")!],
+            "filter": ["retentionTotal": total, "retentionPerDevice": 100, "cacheBudgetMB": ProcessInfo.processInfo.environment["FILTER_BUDGET"].flatMap(Int.init) ?? 8],
             "motion": ["retentionTotal": total, "retentionPerDevice": 100, "historyTotal": total, "historyPerDevice": 1_000],
             "track": ["maxPointsTotal": total, "maxPointsPerDevice": 1_000],
             "uploader": [:],
