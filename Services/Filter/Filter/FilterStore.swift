@@ -48,6 +48,8 @@ final class FilterStore {
             INSERT INTO waiting (device, dueMs) SELECT device, sinceMs FROM held;
             DROP TABLE held;
             """),
+        // The logs become append-ordered (DeviceLog): a fix's bodies go to the tables' ends, not into its device's pages.
+        ("6-append-ordered-logs", DeviceLog.reshape("decisions") + DeviceLog.reshape("judged") + DeviceLog.reshape("points")),
     ]
 
     let db: Database

@@ -54,6 +54,8 @@ final class GatewayStore {
                 regionID TEXT, createdS INTEGER, updatedMs INTEGER NOT NULL, PRIMARY KEY (device, key)
             ) WITHOUT ROWID;
             """),
+        // The ring becomes append-ordered (DeviceLog): a fix's body goes to the table's end, not into its device's pages.
+        ("7-append-ordered-ring", DeviceLog.reshape("raw_fixes", uniqueTime: true)),
     ]
 
     // MARK: OwnTracks regions
@@ -142,13 +144,17 @@ final class GatewayStore {
             .compactMap { $0 }
     }
 
-    /// Devices with an auto session open whose last fix arrived before `receivedBeforeMs`.
+    /// Devices with an auto session open whose last fix arrived before
+    /// `receivedBeforeMs`, read from the devices' rows (one per device; the
+    /// sessions table holds every device's history). A row that does not read
+    /// is left to the load that will say so when its device speaks.
     func silentAutoSessions(receivedBeforeMs: Int64) throws -> [DeviceID] {
-        try db.query("""
-            SELECT s.device FROM sessions s JOIN host_devices d ON d.device = s.device
-            WHERE s.endMs IS NULL AND s.auto = 1 AND json_extract(d.row, '$.sessions.current.id') = s.id
-              AND json_extract(d.row, '$.sessions.lastReceivedMs') < ?
-            """, [.integer(receivedBeforeMs)]) { $0.string(0) }.compactMap { DeviceID($0) }
+        try db.query("SELECT device, row FROM host_devices") { ($0.string(0), $0.data(1)) }.compactMap { device, stored in
+            guard let row = try? GatewayRow.restored(from: stored, using: JSONCoding.decoder),
+                  row.sessions.current?.auto == true, row.sessions.current?.endMs == nil,
+                  let received = row.sessions.lastReceivedMs, received < receivedBeforeMs else { return nil }
+            return DeviceID(device)
+        }
     }
 
     static func session(_ row: Row) -> Session? {

@@ -33,6 +33,8 @@ final class MotionStore {
             CREATE TABLE timers (device TEXT PRIMARY KEY, dueMs INTEGER NOT NULL);
             CREATE INDEX timers_by_due ON timers(dueMs);
             """),
+        // The outbox becomes append-ordered (DeviceLog): a state goes to the table's end, not into its device's pages.
+        ("2-append-ordered-outbox", DeviceLog.reshape("motion")),
     ]
 
     init(db: Database, historyPerDevice: Int = 10_000, historyTotal: Int = 1_000_000) throws {

@@ -5,6 +5,12 @@ import Store
 /// A per-device log of messages numbered by seq — the raw ring, the decision
 /// log, a points outbox. One table shape, kept once: `(device, seq,
 /// sessionID, timeMs, body)`, paged by device or session, trimmed per device.
+///
+/// Append-ordered: rows are stored in the order they were written (a rowid
+/// table) and found by device through a small `(device, seq)` index. A batch
+/// that touches many devices then writes its bodies onto a few new pages at
+/// the table's end, and dirties one index page per device instead of one
+/// page of bodies per device, which split every few messages.
 public final class DeviceLog {
     public let table: String
     let db: Database
@@ -17,10 +23,25 @@ public final class DeviceLog {
     public static func schema(_ table: String, uniqueTime: Bool = false) -> String {
         """
         CREATE TABLE \(table) (
-            device TEXT NOT NULL, seq INTEGER NOT NULL, sessionID TEXT, timeMs INTEGER, body TEXT NOT NULL,
-            PRIMARY KEY (device, seq)
-        ) WITHOUT ROWID;
+            id INTEGER PRIMARY KEY, device TEXT NOT NULL, seq INTEGER NOT NULL, sessionID TEXT, timeMs INTEGER, body TEXT NOT NULL
+        );
+        CREATE UNIQUE INDEX \(table)_by_seq ON \(table)(device, seq);
         """ + (uniqueTime ? "\nCREATE UNIQUE INDEX \(table)_by_time ON \(table)(device, timeMs);" : "")
+    }
+
+    /// A migration that moves a log of an earlier shape (`WITHOUT ROWID`,
+    /// clustered by `(device, seq)`) into `schema`'s, oldest first; the
+    /// table's other indexes are dropped with it (a service recreates its own).
+    public static func reshape(_ table: String, uniqueTime: Bool = false) -> String {
+        """
+        ALTER TABLE \(table) RENAME TO \(table)_before;
+        DROP INDEX IF EXISTS \(table)_by_seq;
+        DROP INDEX IF EXISTS \(table)_by_time;
+        \(schema(table, uniqueTime: uniqueTime))
+        INSERT INTO \(table) (device, seq, sessionID, timeMs, body)
+            SELECT device, seq, sessionID, timeMs, body FROM \(table)_before ORDER BY timeMs, device, seq;
+        DROP TABLE \(table)_before;
+        """
     }
 
     public init(db: Database, table: String) throws {
