@@ -1,3 +1,20 @@
+extension Migrator {
+    /// SQL that gives `table` a new shape with every row kept: the new table
+    /// is made by `create` under a temporary name and filled with `columns`
+    /// (in `order`, when given); the old one is dropped with all its
+    /// indexes, whatever their names, and the new one takes its name. Its
+    /// indexes are the caller's to create after this.
+    public static func rebuild(_ table: String, columns: String, order: String? = nil, create: (String) -> String) -> String {
+        let reshaped = "\(table)_reshaped"
+        return """
+            \(create(reshaped))
+            INSERT INTO \(reshaped) (\(columns)) SELECT \(columns) FROM \(table)\(order.map { " ORDER BY \($0)" } ?? "");
+            DROP TABLE \(table);
+            ALTER TABLE \(reshaped) RENAME TO \(table);
+            """
+    }
+}
+
 /// Named migrations, each run once and in its own transaction. The names
 /// applied are kept in `_migrations`, so adding one to the end is safe.
 public struct Migrator {

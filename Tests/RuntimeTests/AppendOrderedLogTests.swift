@@ -57,7 +57,7 @@ import Testing
         }
         let shape = try db.first("SELECT sql FROM sqlite_master WHERE name = 'ring'") { $0.string(0) } ?? ""
         #expect(!shape.contains("WITHOUT ROWID"))
-        #expect(try db.first("SELECT count(*) FROM sqlite_master WHERE tbl_name = 'ring_before'") { $0.int(0) } == 0)
+        #expect(try db.first(#"SELECT count(*) FROM sqlite_master WHERE tbl_name LIKE 'ring\_%' ESCAPE '\'"#) { $0.int(0) } == 0)
 
         let store = try HostStore(db: db)
         let entry = try #require(try store.entry(a))

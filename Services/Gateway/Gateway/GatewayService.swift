@@ -101,7 +101,7 @@ enum GatewayService {
                 // At most a sixtieth of the idle timeout late (30 s of 30 min): one store query
                 // per interval instead of one every second.
                 sweep: SweepRoute(every: .milliseconds(max(1_000, min(60_000, idleTimeoutMs / 60))),
-                                  candidates: { try store.silentAutoSessions(receivedBeforeMs: $0 - idleTimeoutMs) },
+                                  candidates: { nowMs in try store.devices(whoseRow: { handler.core.rules.isIdle($0.sessions, nowMs: nowMs) }) },
                                   apply: handler.sweep),
                 answersUnknownCommands: true)
         }

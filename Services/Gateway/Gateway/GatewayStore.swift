@@ -144,15 +144,12 @@ final class GatewayStore {
             .compactMap { $0 }
     }
 
-    /// Devices with an auto session open whose last fix arrived before
-    /// `receivedBeforeMs`, read from the devices' rows (one per device; the
-    /// sessions table holds every device's history). A row that does not read
-    /// is left to the load that will say so when its device speaks.
-    func silentAutoSessions(receivedBeforeMs: Int64) throws -> [DeviceID] {
+    /// Devices whose stored row matches, read from the rows (one per device;
+    /// the sessions table holds every device's history). A row that does not
+    /// read is left to the load that will say so when its device speaks.
+    func devices(whoseRow matches: (GatewayRow) -> Bool) throws -> [DeviceID] {
         try db.query("SELECT device, row FROM host_devices") { ($0.string(0), $0.data(1)) }.compactMap { device, stored in
-            guard let row = try? GatewayRow.restored(from: stored, using: JSONCoding.decoder),
-                  row.sessions.current?.auto == true, row.sessions.current?.endMs == nil,
-                  let received = row.sessions.lastReceivedMs, received < receivedBeforeMs else { return nil }
+            guard let row = try? GatewayRow.restored(from: stored, using: JSONCoding.decoder), matches(row) else { return nil }
             return DeviceID(device)
         }
     }

@@ -83,10 +83,15 @@ public struct SessionRules: Sendable {
         return open
     }
 
+    /// An auto session is open and its device has been silent past the idle timeout.
+    public func isIdle(_ state: DeviceSessions, nowMs: Int64) -> Bool {
+        guard state.current?.auto == true, let received = state.lastReceivedMs else { return false }
+        return nowMs - received > policy.idleTimeoutMs
+    }
+
     /// The wall-clock sweep: an auto session whose device fell silent closes.
     public func sweep(_ state: inout DeviceSessions, nowMs: Int64) -> SessionEffect? {
-        guard var open = state.current, open.auto == true, let received = state.lastReceivedMs,
-              nowMs - received > policy.idleTimeoutMs else { return nil }
+        guard isIdle(state, nowMs: nowMs), var open = state.current else { return nil }
         open.endMs = max(open.startMs, state.lastFixMs ?? open.startMs)
         state.current = nil
         state.lastFixMs = nil

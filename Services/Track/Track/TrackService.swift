@@ -205,8 +205,7 @@ final class TrackStore {
     static let migrations: [(name: String, sql: String)] = [
         ("1-track", DeviceLog.schema("points") + "\nCREATE INDEX points_by_session ON points(device, sessionID, timeMs);"),
         // The points become append-ordered (DeviceLog): a point goes to the table's end, not into its device's pages.
-        ("2-append-ordered-points", "DROP INDEX points_by_session;\n" + DeviceLog.reshape("points")
-            + "\nCREATE INDEX points_by_session ON points(device, sessionID, timeMs);"),
+        ("2-append-ordered-points", DeviceLog.reshape("points") + "\nCREATE INDEX points_by_session ON points(device, sessionID, timeMs);"),
     ]
 
     init(db: Database) throws {

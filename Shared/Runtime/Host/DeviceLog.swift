@@ -21,27 +21,28 @@ public final class DeviceLog {
     /// The table, for a service's migration. `uniqueTime` adds a unique
     /// index on `(device, timeMs)` (the gateway's duplicate check).
     public static func schema(_ table: String, uniqueTime: Bool = false) -> String {
-        """
-        CREATE TABLE \(table) (
-            id INTEGER PRIMARY KEY, device TEXT NOT NULL, seq INTEGER NOT NULL, sessionID TEXT, timeMs INTEGER, body TEXT NOT NULL
-        );
-        CREATE UNIQUE INDEX \(table)_by_seq ON \(table)(device, seq);
-        """ + (uniqueTime ? "\nCREATE UNIQUE INDEX \(table)_by_time ON \(table)(device, timeMs);" : "")
+        createTable(table) + indexes(table, uniqueTime: uniqueTime)
     }
 
     /// A migration that moves a log of an earlier shape (`WITHOUT ROWID`,
     /// clustered by `(device, seq)`) into `schema`'s, oldest first; the
     /// table's other indexes are dropped with it (a service recreates its own).
     public static func reshape(_ table: String, uniqueTime: Bool = false) -> String {
+        Migrator.rebuild(table, columns: "device, seq, sessionID, timeMs, body", order: "timeMs, device, seq", create: createTable)
+            + indexes(table, uniqueTime: uniqueTime)
+    }
+
+    private static func createTable(_ table: String) -> String {
         """
-        ALTER TABLE \(table) RENAME TO \(table)_before;
-        DROP INDEX IF EXISTS \(table)_by_seq;
-        DROP INDEX IF EXISTS \(table)_by_time;
-        \(schema(table, uniqueTime: uniqueTime))
-        INSERT INTO \(table) (device, seq, sessionID, timeMs, body)
-            SELECT device, seq, sessionID, timeMs, body FROM \(table)_before ORDER BY timeMs, device, seq;
-        DROP TABLE \(table)_before;
+        CREATE TABLE \(table) (
+            id INTEGER PRIMARY KEY, device TEXT NOT NULL, seq INTEGER NOT NULL, sessionID TEXT, timeMs INTEGER, body TEXT NOT NULL
+        );
         """
+    }
+
+    private static func indexes(_ table: String, uniqueTime: Bool) -> String {
+        "\nCREATE UNIQUE INDEX \(table)_by_seq ON \(table)(device, seq);"
+            + (uniqueTime ? "\nCREATE UNIQUE INDEX \(table)_by_time ON \(table)(device, timeMs);" : "")
     }
 
     public init(db: Database, table: String) throws {

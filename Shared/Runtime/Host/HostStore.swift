@@ -23,18 +23,14 @@ public final class HostStore {
         // A rowid table: a row of a few KB (the filter's) is stored whole in
         // its leaf page. Clustered by device (WITHOUT ROWID), a row over ~1 KB
         // spilled into an overflow page, and every save rewrote both.
-        ("host-2-rowid", """
-            ALTER TABLE host_devices RENAME TO host_devices_before;
-            CREATE TABLE host_devices (
-                id INTEGER PRIMARY KEY,
-                device TEXT NOT NULL UNIQUE,
-                row TEXT NOT NULL,
-                inputs TEXT NOT NULL DEFAULT '{}',
-                ackedThrough INTEGER NOT NULL DEFAULT 0
+        ("host-2-rowid", Migrator.rebuild("host_devices", columns: "device, row, inputs, ackedThrough") { name in
+            """
+            CREATE TABLE \(name) (
+                id INTEGER PRIMARY KEY, device TEXT NOT NULL UNIQUE, row TEXT NOT NULL,
+                inputs TEXT NOT NULL DEFAULT '{}', ackedThrough INTEGER NOT NULL DEFAULT 0
             );
-            INSERT INTO host_devices (device, row, inputs, ackedThrough) SELECT device, row, inputs, ackedThrough FROM host_devices_before;
-            DROP TABLE host_devices_before;
-            """),
+            """
+        }),
     ]
 
     /// The per-service `devices` table of versions before the host, for the
