@@ -183,19 +183,39 @@ public struct TestSupportError: Error, CustomStringConvertible {
 
 /// A free TCP port on loopback (bind to port 0, read it, close).
 public func freePort() throws -> Int32 {
+    guard let port = bindableLoopbackPort(0) else { throw TestSupportError("bind() failed") }
+    return port
+}
+
+/// A base port whose every `offset` is free on loopback, for a script that
+/// derives its listeners from one port (`scripts/demo`: +1, +2, +3, +4171,
+/// +7000). The block is drawn below the kernel's ephemeral range, where
+/// `freePort()` and every client's outgoing socket live, so a suite running
+/// beside it cannot take one of its ports between this check and the bind.
+public func freePortBlock(offsets: [Int32], below ceiling: Int32 = 32_768) throws -> Int32 {
+    let span = offsets.max() ?? 0
+    let bases = Int32(10_000)..<(ceiling - span)
+    for _ in 0..<200 {
+        let base = Int32.random(in: bases)
+        if offsets.allSatisfy({ bindableLoopbackPort(base + $0) != nil }) { return base }
+    }
+    throw TestSupportError("no block of free ports with offsets \(offsets) below \(ceiling)")
+}
+
+/// Binds a loopback socket to `port` (0: any), returns the port it got, and closes it.
+private func bindableLoopbackPort(_ port: Int32) -> Int32? {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw TestSupportError("socket() failed") }
+    guard fd >= 0 else { return nil }
     defer { close(fd) }
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
+    addr.sin_port = UInt16(port).bigEndian
     var len = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &addr) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
     }
-    guard bound else { throw TestSupportError("bind() failed") }
-    return Int32(UInt16(bigEndian: addr.sin_port))
+    return bound ? Int32(UInt16(bigEndian: addr.sin_port)) : nil
 }
 
 /// Polls a TCP connect until it succeeds or the timeout passes.

@@ -36,7 +36,8 @@ extension HeavySuites {
             let marker = "tracker-demo-test-\(UUID().uuidString.prefix(8))"
             var environment = ProcessInfo.processInfo.environment
             environment["TRACKER_BIN_DIR"] = ServiceHarness.binaryDirectory.path
-            environment["TRACKER_MQTT_PORT"] = "\(try freePort())"
+            // The demo derives its other listeners from this port (see scripts/demo).
+            environment["TRACKER_MQTT_PORT"] = "\(try freePortBlock(offsets: [0, 1, 2, 3, 4_171, 7_000]))"
             environment["TRACKER_DEMO_TEST"] = marker
             let log = FileManager.default.temporaryDirectory.appendingPathComponent("\(marker).log").path
             let demo = try ChildProcess(executable: "/bin/bash", arguments: [Repository.root.appendingPathComponent("scripts/demo").path],
