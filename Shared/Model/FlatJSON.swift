@@ -218,6 +218,18 @@ extension RawFix {
     }
 }
 
+extension MotionMessage {
+    /// The fast path for the internal motion message; nil means "ask JSONDecoder".
+    public init?(flat bytes: [UInt8]) {
+        guard JSONCoding.fastPaths, let o = FlatJSONObject(bytes),
+              let deviceText = o.string("device").required, let device = DeviceID(deviceText),
+              let seq = o.int64("seq").required, let timeMs = o.int64("timeMs").required,
+              let stateText = o.string("state").required, let state = MotionState(rawValue: stateText),
+              let epoch = o.string("epoch").optional, let prev = o.int64("prev").optional else { return nil }
+        self.init(device: device, seq: seq, timeMs: timeMs, state: state, epoch: epoch, prev: prev)
+    }
+}
+
 extension PointMessage {
     /// The fast path for the internal points message; nil means "ask JSONDecoder".
     public init?(flat bytes: [UInt8]) {

@@ -56,6 +56,21 @@ import Testing
         }
     }
 
+    @Test func motionMessagesRoundTripThroughTheWriter() throws {
+        let d = DeviceID("p-1")!
+        for message in [MotionMessage(device: d, seq: 1, timeMs: 1, state: .stationary),
+                        MotionMessage(device: d, seq: 9_007_199_254_740_993, timeMs: 1_793_197_938_549, state: .stopPending, epoch: "e-1", prev: 4)] {
+            let bytes = Array(JSONCoding.encode(message))
+            #expect(MotionMessage(flat: bytes) == message)
+            #expect(MotionMessage(flat: bytes) == (try JSONCoding.decoder.decode(MotionMessage.self, from: Data(bytes))))
+        }
+        // A state this build does not know, or a device id that is not one, is JSONDecoder's to refuse.
+        for odd in [#"{"device":"p","seq":1,"timeMs":1,"state":"flying"}"#, #"{"device":"a b","seq":1,"timeMs":1,"state":"moving"}"#,
+                    #"{"device":"p","seq":1,"timeMs":1}"#] {
+            #expect(MotionMessage(flat: Array(odd.utf8)) == nil, "\(odd)")
+        }
+    }
+
     @Test(arguments: [
         #"{"t":1,"lat":1,"lon":2,"acc":5,"extra":{"a":1}}"#,   // nested: JSONDecoder's job
         #"{"t":1,"lat":1,"lon":2,"acc":5,"tags":[1]}"#,

@@ -45,12 +45,12 @@ private final class RepairHarness {
     let consumer: ServiceHost<Tally>
     private let databases = [TemporaryDatabase("repair-producer"), TemporaryDatabase("repair-consumer")]
 
-    init(repair: RepairSettings = RepairSettings(retryMs: 3_000, timeoutMs: 30_000, tipGraceMs: 2_000)) throws {
+    init(repair: RepairSettings = RepairSettings(retryMs: 3_000, timeoutMs: 30_000, tipGraceMs: 2_000), consumerCache: Int = 10_000) throws {
         let logger = Logger(label: "test", minimum: .off)
         producer = try ServiceHost(pointProducer(), databasePath: databases[0].path, bus: producerBus, topics: Topics(), logger: logger,
                                    counters: HealthCounters(), clock: clock, pause: { _ in }).runningParts()
         consumer = try ServiceHost(pointConsumer(), databasePath: databases[1].path, bus: consumerBus, topics: Topics(), logger: logger,
-                                   counters: counters, clock: clock, repair: repair, pause: { _ in }).runningParts()
+                                   counters: counters, clock: clock, cacheCapacity: consumerCache, repair: repair, pause: { _ in }).runningParts()
     }
 
     /// The producer sends points 1…n for `device`; returns them as published.
@@ -72,6 +72,13 @@ private final class RepairHarness {
     }
 
     var requests: [MQTTMessage] { consumerBus.messages.filter { $0.topic.contains("/cmd/repairPoints") } }
+
+    /// The producer's health with `tips` for its points stream (this epoch unless told).
+    func health(tips: [String: Int64], epoch: String? = nil) -> MQTTMessage {
+        let health = Health(service: "filter", status: .online, version: "t", startedMs: 0, timeMs: 0,
+                            streams: ["points": StreamTips(epoch: epoch ?? producer.epoch, tips: tips)])
+        return MQTTMessage(topic: "tracker/_health/filter", payload: Array(JSONCoding.encode(health)), retain: true)
+    }
 
     /// The broker carries the newest request to the producer and its answer back.
     func answerNewestRequest() throws {
@@ -174,13 +181,45 @@ private final class RepairHarness {
         let h = try RepairHarness()
         h.deliver(h.produce("d", 1...10))
         for (epoch, tip) in [(h.producer.epoch, Int64(10)), ("an-old-store", 99)] {
-            let health = Health(service: "filter", status: .online, version: "t", startedMs: 0, timeMs: 0,
-                                streams: ["points": StreamTips(epoch: epoch, tips: ["d": tip])])
-            h.deliver([MQTTMessage(topic: "tracker/_health/filter", payload: Array(JSONCoding.encode(health)))])
+            h.deliver([h.health(tips: ["d": tip], epoch: epoch)])
+            h.clock.advance(by: .seconds(1))  // a producer's health is read once a second at most
         }
         h.clock.advance(by: .seconds(5))
         h.tick()
         #expect(h.requests.isEmpty)
+    }
+
+    @Test func aTipOfADeviceCommittedLatelyIsCheckedWithoutReadingItsRow() throws {
+        // A cache of one device: each device's row is read back from the store when it is next needed.
+        let h = try RepairHarness(consumerCache: 1)
+        h.deliver(h.produce("a", 1...4))
+        h.deliver(h.produce("b", 1...4))
+        let loads = h.counters.snapshot().extra["rowLoads"] ?? 0
+        h.deliver([h.health(tips: ["a": 4, "b": 4])])
+        #expect((h.counters.snapshot().extra["rowLoads"] ?? 0) == loads, "tips already reached read no row")
+        h.clock.advance(by: .seconds(1))
+        h.deliver([h.health(tips: ["a": 6])])
+        #expect((h.counters.snapshot().extra["rowLoads"] ?? 0) == loads + 1, "a tip ahead of the mark committed lately reads the row")
+        h.clock.advance(by: .seconds(2))
+        h.tick()
+        #expect(h.requests.count == 1, "and the lost tail is asked for")
+    }
+
+    @Test func aProducersHealthIsReadForTipsOnceASecondAtMost() throws {
+        let h = try RepairHarness()
+        h.deliver(Array(h.produce("d", 1...10).prefix(6)))
+        h.deliver([h.health(tips: ["d": 6])])
+        h.clock.advance(by: .milliseconds(500))
+        h.deliver([h.health(tips: ["d": 10])])
+        h.clock.advance(by: .seconds(3))
+        h.tick()
+        #expect(h.requests.isEmpty, "the second health came within the second: not read")
+        h.deliver([h.health(tips: ["d": 10])])
+        h.clock.advance(by: .seconds(2))
+        h.tick()
+        #expect(h.requests.count == 1)
+        try h.answerNewestRequest()
+        #expect(try h.applied("d") == Array(1...10))
     }
 
     @Test func aProducerWhoseStoreWasReplacedEndsTheRepairLoudly() throws {

@@ -48,6 +48,22 @@ import Testing
         #expect(outbox.takeUnsaved().count == 100)
     }
 
+    @Test func aDeviceStillInFlightAtOneForgettingIsForgottenOnceItSettles() throws {
+        let outbox = outbox()
+        for d in 0..<100 { try outbox.send(DeviceID("d\(d)")!, seq: 1, body: [1], on: bus) }
+        bus.acknowledgeAll()
+        for d in 0..<70 { try outbox.send(DeviceID("d\(d)")!, seq: 2, body: [1], on: bus) }
+        #expect(outbox.takeUnsaved().count == 100)
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 70, "the 70 with a message in flight stay")
+        bus.acknowledgeAll()
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 70, "acknowledged, not yet saved")
+        #expect(Set(outbox.takeUnsaved().map(\.1)) == [2])
+        outbox.forgetSettled()
+        #expect(outbox.followedDevices == 0)
+    }
+
     @Test func tipsAreTheNewestSendsOfDevicesThatFellQuiet() throws {
         let outbox = outbox()
         try outbox.send(DeviceID("old")!, seq: 3, body: [1], on: bus)

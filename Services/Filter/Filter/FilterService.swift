@@ -52,7 +52,7 @@ enum FilterService {
                     .sequenced("raw", decode: { try RawFix(flat: $0) ?? JSONCoding.decoder.decode(RawFix.self, from: Data($0)) }) { raw, work in
                         try judge(raw, work, core: core, store: store, settings: settings)
                     },
-                    .sequenced("motion", decode: { try JSONCoding.decoder.decode(MotionMessage.self, from: Data($0)) }) { update, work in
+                    .sequenced("motion", decode: { try MotionMessage(flat: $0) ?? JSONCoding.decoder.decode(MotionMessage.self, from: Data($0)) }) { update, work in
                         core.noteMotion(update.state, timeMs: update.timeMs, state: &work.row.state)
                     },
                 ],

@@ -61,12 +61,13 @@ public final class HostStore {
     }
 
     func entry(_ device: DeviceID) throws -> (row: Data, inputs: Data, ackedThrough: Int64)? {
-        try load.first(.text(device.rawValue)) { ($0.data(0), Data($0.string(1).utf8), $0.int64(2)) }
+        try load.first(.text(device.rawValue)) { ($0.data(0), $0.data(1), $0.int64(2)) }
     }
 
-    /// A row in JSON is stored as text (SQL's json functions read it), one in a binary form as a blob.
+    /// A row in JSON is stored as text (SQL's json functions read it), one in
+    /// a binary form as a blob; the input watermarks are binary (`StoredInputs`).
     func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8]) throws {
-        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .utf8(inputs))
+        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs))
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {

@@ -54,6 +54,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// The producers' health topics whose stream tips this service follows: topic → input name.
     let tipTopics: [String: String]
     var repairs: StreamRepairs
+    /// Marks committed lately, which answer most tips without a row read.
+    var recentMarks = RecentMarks(capacity: 4 * Outbox.tipLimit)
+    /// When each producer's health was last read for tips.
+    var tipsReadMs: [String: Int64] = [:]
     /// The store was made at this start: history arriving from producers means it was lost.
     let storeIsNew: Bool
     /// Said once: this store started empty beside producers with history.
@@ -286,11 +290,12 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard let stored = try store.entry(device) else {
             return (DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0), 0)
         }
+        counters.count("rowLoads")
         let (row, warning) = try rows.decode(stored.row)
         if let warning { logger.warning(warning, ["device": device.rawValue]) }
         var inputs: [String: InputMark] = [:]
         do {
-            inputs = try JSONCoding.decoder.decode([String: InputMark].self, from: stored.inputs)
+            inputs = try StoredInputs.decode(stored.inputs)
         } catch {
             // Loud, not silent: every input of this device is applied again from its next message.
             logger.error("stored input watermarks unreadable; they start over", ["device": device.rawValue, "error": "\(error)"])
@@ -320,11 +325,12 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if batch.failure == nil {
             do {
                 for (device, entry) in cache.dirtyEntries {
-                    let row = rows.encode(entry.row), inputs = JSONCoding.stored(entry.inputs)
+                    let row = rows.encode(entry.row), inputs = StoredInputs.encode(entry.inputs)
                     try store.save(device, row: row, binary: rows.binary, inputs: inputs)
                     cache.written(device, storedBytes: row.count + inputs.count)
                 }
                 try db.commitBatch()
+                if !tipTopics.isEmpty { for (device, entry) in cache.dirtyEntries { recentMarks.record(device, entry.inputs) } }
                 counters.count("commits")
                 cache.markClean()
                 batch.messages.forEach { attempts.forget($0) }
