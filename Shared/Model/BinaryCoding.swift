@@ -220,3 +220,29 @@ extension TrackPoint: BinaryStorable {
 }
 
 extension MotionState: BinaryStorable {}
+
+extension Trip: BinaryStorable {
+    public func write(to w: inout BinaryWriter) {
+        w.write(startMs, endMs, startLatitude, startLongitude, endLatitude, endLongitude, distanceM, maxSpeedMps, startOdometerM, sessionID)
+    }
+    public init(from r: inout BinaryReader) throws {
+        startMs = try r.read(); endMs = try r.read(); startLatitude = try r.read(); startLongitude = try r.read()
+        endLatitude = try r.read(); endLongitude = try r.read(); distanceM = try r.read(); maxSpeedMps = try r.read()
+        startOdometerM = try r.read(); sessionID = try r.read()
+    }
+}
+
+extension Stop: BinaryStorable {
+    public func write(to w: inout BinaryWriter) { w.write(arrivalMs, departureMs, latitude, longitude, sessionID) }
+    public init(from r: inout BinaryReader) throws {
+        self.init(arrivalMs: try r.read(), departureMs: try r.read(), latitude: try r.read(), longitude: try r.read(), sessionID: try r.read())
+    }
+}
+
+extension ActivityReading: BinaryStorable {
+    public func write(to w: inout BinaryWriter) { w.write(activity, confidence, snapshot, t) }
+    public init(from r: inout BinaryReader) throws {
+        self.init(activity: try r.read(), confidence: try r.read(), snapshot: try r.read(), t: try r.read())
+    }
+}
+

@@ -103,15 +103,23 @@ final class MotionHandler {
     }
 
     func sessionEvent(_ payload: [UInt8], _ work: Work<MotionDeviceRow>) throws {
-        // Someone else's event: an unreadable one is not ours to refuse.
-        guard let event = try? JSONCoding.decoder.decode(Event.self, from: Data(payload)) else { return }
-        switch event.body {
-        case .sessionStarted(let session) where session.id != work.row.closedSession:
-            work.row.openSession = session.id
-        case .sessionStopped(let session):
-            if work.row.openSession == session.id || work.row.openSession == nil { work.row.openSession = nil }
-            work.row.closedSession = session.id
-        default: break
+        let said: (started: Bool, sessionID: String)
+        if let read = SessionEvents.read(payload) {
+            said = read
+        } else {
+            // Someone else's event: an unreadable one is not ours to refuse.
+            guard let event = try? JSONCoding.decoder.decode(Event.self, from: Data(payload)) else { return }
+            switch event.body {
+            case .sessionStarted(let session): said = (true, session.id)
+            case .sessionStopped(let session): said = (false, session.id)
+            default: return
+            }
+        }
+        if said.started {
+            if said.sessionID != work.row.closedSession { work.row.openSession = said.sessionID }
+        } else {
+            if work.row.openSession == said.sessionID || work.row.openSession == nil { work.row.openSession = nil }
+            work.row.closedSession = said.sessionID
         }
     }
 

@@ -45,7 +45,7 @@ struct MotionDeviceRow: Codable, Equatable {
 /// its fences and route: the motion service's table for the service host.
 enum MotionService {
     static func definition(_ settings: MotionSettings) -> ServiceDefinition<MotionDeviceRow> {
-        ServiceDefinition(name: "motion", migrations: MotionStore.migrations, rows: .json(fresh: { MotionDeviceRow() })) { db in
+        ServiceDefinition(name: "motion", migrations: MotionStore.migrations, rows: MotionDeviceRow.codec) { db in
             let store = try MotionStore(db: db, historyPerDevice: settings.historyPerDevice, historyTotal: settings.historyTotal)
             let handler = MotionHandler(store: store, settings: settings)
             var inputs: [InputRoute<MotionDeviceRow>] = [
@@ -75,6 +75,22 @@ enum MotionService {
 
 /// Finds `"sessionStarted"`/`"sessionStopped"` in an event without decoding it.
 enum SessionEvents {
+    /// Which session an event opens or closes, read without JSONDecoder
+    /// (every new device brings one; through JSONDecoder they were a sixth
+    /// of motion's time at 10,000 devices). Nil for any other event or
+    /// anything unusual: JSONDecoder then reads it.
+    static func read(_ payload: [UInt8]) -> (started: Bool, sessionID: String)? {
+        guard JSONCoding.fastPaths, let event = FlatJSONObject(payload, objects: true),
+              let type = event.string("type").required, let session = event.object("session").required,
+              let id = session.string("id").required, let device = session.string("device").required, DeviceID(device) != nil,
+              session.int64("startMs").required != nil else { return nil }
+        switch type {
+        case "sessionStarted": return (true, id)
+        case "sessionStopped": return (false, id)
+        default: return nil
+        }
+    }
+
     private static let needle = Array(#""sessionSt"#.utf8)
 
     static func mentioned(_ payload: [UInt8]) -> Bool {

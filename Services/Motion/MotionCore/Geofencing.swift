@@ -239,3 +239,18 @@ public struct FenceVisits: Codable, Sendable, Equatable, Sequence {
         try Dictionary(uniqueKeysWithValues: entries.map { ($0.key, $0.visit) }).encode(to: encoder)
     }
 }
+
+extension FenceVisits: BinaryStorable {
+    public func write(to w: inout BinaryWriter) {
+        w.varint(UInt64(entries.count))
+        for entry in entries { w.write(entry.key, entry.visit) }
+    }
+    public init(from r: inout BinaryReader) throws {
+        let count = try r.varint()
+        guard count <= 1 << 20 else { throw BinaryReader.Malformed("\(count) fence visits") }
+        for _ in 0..<count {
+            let key: String = try r.read()
+            entries.append(Entry(key: key, visit: try r.read()))
+        }
+    }
+}

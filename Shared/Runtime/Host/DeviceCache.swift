@@ -7,8 +7,9 @@ import Model
 /// (they load again when their device speaks): memory stays flat however
 /// many devices there are, and state beyond the budget lives on disk.
 ///
-/// An entry's size is an estimate from its stored form (`cost(storedBytes:)`),
-/// known when it is loaded and again whenever it is written.
+/// An entry's size is an estimate from its stored form and its type's
+/// inline size (`cost(storedBytes:)`), known when it is loaded and again
+/// whenever it is written.
 final class DeviceCache<Entry> {
     private var entries: [DeviceID: Slot] = [:]
     private(set) var dirty: Set<DeviceID> = []
@@ -31,8 +32,10 @@ final class DeviceCache<Entry> {
 
     /// Memory an entry takes, from the size of its stored form: decoded
     /// values are wider than their bytes (optionals, array headers), and the
-    /// dictionary slot and device id come on top.
-    static func cost(storedBytes: Int) -> Int { 2 * storedBytes + 512 }
+    /// dictionary slot and device id come on top. The entry's inline size
+    /// counts whatever its stored form: a binary row leaves out its absent
+    /// fields, which take their room in memory all the same.
+    static func cost(storedBytes: Int) -> Int { MemoryLayout<Entry>.stride + 2 * storedBytes + 512 }
 
     var count: Int { entries.count }
 
