@@ -246,3 +246,40 @@ extension ActivityReading: BinaryStorable {
     }
 }
 
+
+/// A service's row stored in a binary form: the magic byte, the format
+/// version, then the fields (`writeFields`). A field added later goes at the
+/// end, with the version raised and a reader for the old order. JSON rows of
+/// earlier releases (they start with `{`) still read.
+public protocol BinaryStoredRow: Decodable {
+    /// The version this release writes and reads.
+    static var binaryVersion: UInt64 { get }
+    /// What the row is, for errors ("the track row").
+    static var binaryName: String { get }
+    func writeFields(to w: inout BinaryWriter)
+    init(readingFieldsFrom r: inout BinaryReader) throws
+}
+
+extension BinaryStoredRow {
+    /// First byte of the binary form; a JSON row starts with `{`.
+    public static var binaryMagic: UInt8 { 0xF1 }
+
+    public var stored: [UInt8] {
+        var w = BinaryWriter(capacity: 256)
+        w.byte(Self.binaryMagic)
+        w.varint(Self.binaryVersion)
+        writeFields(to: &w)
+        return w.written
+    }
+
+    /// A stored row, binary or JSON (earlier releases).
+    public static func restored(from data: Data, using decoder: JSONDecoder) throws -> Self {
+        guard data.first == binaryMagic else { return try decoder.decode(Self.self, from: data) }
+        var r = BinaryReader(Array(data), from: 1)
+        let version = try r.varint()
+        guard version == binaryVersion else { throw BinaryReader.Malformed("\(binaryName) version \(version) is newer than this release") }
+        let row = try Self(readingFieldsFrom: &r)
+        guard r.isAtEnd else { throw BinaryReader.Malformed("\(binaryName) has bytes left after it") }
+        return row
+    }
+}

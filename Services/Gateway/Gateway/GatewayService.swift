@@ -49,10 +49,7 @@ struct GatewaySettings {
 /// gateway's table for the service host.
 enum GatewayService {
     /// The binary form (GatewayCore/StoredRow.swift); rows of earlier releases are JSON and still read.
-    static var rows: RowCodec<GatewayRow> {
-        RowCodec(fresh: { GatewayRow() }, encode: { $0.stored },
-                 decode: { (try GatewayRow.restored(from: $0, using: JSONCoding.decoder), nil) }, binary: true)
-    }
+    static var rows: RowCodec<GatewayRow> { .binary(fresh: { GatewayRow() }) }
 
     static func definition(_ settings: GatewaySettings, newSessionID: @escaping () -> String = Self.newSessionID)
         -> ServiceDefinition<GatewayRow> {

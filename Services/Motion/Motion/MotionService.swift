@@ -45,7 +45,7 @@ struct MotionDeviceRow: Codable, Equatable {
 /// its fences and route: the motion service's table for the service host.
 enum MotionService {
     static func definition(_ settings: MotionSettings) -> ServiceDefinition<MotionDeviceRow> {
-        ServiceDefinition(name: "motion", migrations: MotionStore.migrations, rows: MotionDeviceRow.codec) { db in
+        ServiceDefinition(name: "motion", migrations: MotionStore.migrations, rows: .binary(fresh: { MotionDeviceRow() })) { db in
             let store = try MotionStore(db: db, historyPerDevice: settings.historyPerDevice, historyTotal: settings.historyTotal)
             let handler = MotionHandler(store: store, settings: settings)
             var inputs: [InputRoute<MotionDeviceRow>] = [

@@ -125,7 +125,7 @@ extension LiveFrame: JSONWritable {
 /// service's table for the host.
 enum TrackService {
     static func definition(_ settings: TrackSettings) -> ServiceDefinition<TrackRow> {
-        ServiceDefinition(name: "track", migrations: TrackStore.migrations, rows: TrackRow.codec) { db in
+        ServiceDefinition(name: "track", migrations: TrackStore.migrations, rows: .binary(fresh: { TrackRow() })) { db in
             let store = try TrackStore(db: db)
             let friends = Friends(policy: settings.friends)
             return Routes(

@@ -81,6 +81,13 @@ extension RowCodec where Row: Codable {
     }
 }
 
+extension RowCodec where Row: BinaryStoredRow {
+    /// Rows in their binary form (JSON rows of earlier releases still read).
+    public static func binary(fresh: @escaping () -> Row) -> RowCodec {
+        RowCodec(fresh: fresh, encode: { $0.stored }, decode: { (try Row.restored(from: $0, using: JSONCoding.decoder), nil) }, binary: true)
+    }
+}
+
 extension RowCodec where Row: Codable & JSONWritable {
     /// Rows written by their direct writer (stored on every commit of a busy
     /// device) and read back by JSONDecoder. A separate name, not an overload,
