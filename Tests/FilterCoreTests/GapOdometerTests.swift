@@ -15,7 +15,8 @@ import Testing
                   acc: 4, speed: speed, course: course)
     }
 
-    @Test(arguments: [900.0, 300.0, 150.0])
+    // 600 s: exactly the track's tracking gap, which the odometer must count as one too.
+    @Test(arguments: [900.0, 600.0, 300.0, 150.0])
     func aGapCountsItsStraightLine(gapSec: Double) {
         // North at 2.4 m/s for a minute; dark; then 2,135 m east, driving south at the same speed.
         let before = (0..<60).map { fix(Double($0), north: Double($0) * 2.4, east: 0, speed: 2.4, course: 0) }

@@ -10,8 +10,8 @@ import Foundation
 public enum Odometer {
     /// Closer in time than this, the chord is the way (ms).
     static let curveFromMs: Int64 = 2_500
-    /// Further apart than this (the track service's `trackingGapAfterSec`
-    /// by default), the device was dark (a dead battery, a phone in a
+    /// This far apart or further (the track service's `trackingGapAfterSec`
+    /// by default, which calls it a gap from there), the device was dark (a dead battery, a phone in a
     /// drawer) and nothing tells the way it went: the chord counts, as the
     /// track's gaps do. A curve with tangents scaled by a whole gap loops far
     /// off the line: a 15-minute gap came out 22–37 % long. Shorter intervals
@@ -29,7 +29,7 @@ public enum Odometer {
     static func distance(from a: DeviceFilterState.AcceptedPoint, to b: DeviceFilterState.AcceptedPoint) -> Double {
         let chord = hypot(b.x - a.x, b.y - a.y)
         let dtMs = b.timeMs - a.timeMs
-        guard dtMs >= curveFromMs, dtMs <= curveUpToMs, let ae = a.ve, let an = a.vn, let be = b.ve, let bn = b.vn else { return chord }
+        guard dtMs >= curveFromMs, dtMs < curveUpToMs, let ae = a.ve, let an = a.vn, let be = b.ve, let bn = b.vn else { return chord }
         let dt = Double(dtMs) / 1000
         // The speeds must tell the same story as the positions: a device
         // that moved about as far as it was going fast. Otherwise (creeping
@@ -58,9 +58,15 @@ public enum Odometer {
                             before next: (x: Double, y: Double, timeMs: Int64)) -> DeviceFilterState.AcceptedPoint {
         guard let ve = here.ve, let vn = here.vn, here.timeMs > last.timeMs, next.timeMs > here.timeMs else { return here }
         let speed = hypot(ve, vn)
-        let wayIn = hypot(here.x - last.x, here.y - last.y) / (Double(here.timeMs - last.timeMs) / 1000)
         let wayOut = hypot(next.x - here.x, next.y - here.y) / (Double(next.timeMs - here.timeMs) / 1000)
-        let along = (wayIn + wayOut) / 2
+        // Across a gap the way in says nothing of the speed here: the way out alone.
+        let along: Double
+        if here.timeMs - last.timeMs >= curveUpToMs {
+            along = wayOut
+        } else {
+            let wayIn = hypot(here.x - last.x, here.y - last.y) / (Double(here.timeMs - last.timeMs) / 1000)
+            along = (wayIn + wayOut) / 2
+        }
         guard speed > 0.1, along > speed else { return here }
         var bent = here
         (bent.ve, bent.vn) = (ve / speed * along, vn / speed * along)
