@@ -85,6 +85,13 @@ enum ConstellationBench {
                                                         devices: max(20, fleet ?? 20))
             print(String(format: "latency publish → location event at %d fixes/s: p50 %.1f ms, p99 %.1f ms (%d events)", rate, p50, p99, samples))
         }
+        // A fleet in steady state: DEVICES devices that already drive (a few fixes each, unmeasured), one more fix each at 1,000 a second.
+        if let fleet, fleet > 20 {
+            let (p50, p99, samples) = try await latency(constellation, rate: 1_000, seconds: max(10, fleet / 1_000), drives: drives,
+                                                        tag: "steady", devices: fleet, warmup: 5)
+            print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",
+                         fleet, p50, p99, samples))
+        }
         for service in Constellation.services {
             let memory = constellation.services[service]!.process?.memory
             print(String(format: "  %@: peak RSS %.1f MB (now %.1f MB, %.1f MB its own, the rest shared libraries)", service as NSString,
@@ -95,10 +102,26 @@ enum ConstellationBench {
 
     /// Fixes paced at `rate` a second over `devices` fresh devices; the time
     /// from each publish to its `location` event (a device's k-th fix gets seq k).
+    /// With `warmup`, each device first sends that many fixes, unmeasured and
+    /// unpaced, from where its drive is under way (the drives stand still for
+    /// their first minutes), and the filter takes them all before the clock runs.
     static func latency(_ constellation: Constellation, rate: Int, seconds: Int, drives: [[DeviceFix]], tag: String,
-                        devices: Int = 20) async throws
+                        devices: Int = 20, warmup: Int = 0) async throws
         -> (p50: Double, p99: Double, samples: Int) {
         let client = try await constellation.operatorClient()
+        let underWay = warmup > 0 ? 700 : 0
+        if warmup > 0 {
+            let judgedBefore = try await constellation.waitJudged(0)
+            let before = (judgedBefore.counters?["accepted"] ?? 0) + (judgedBefore.counters?["rejected"] ?? 0)
+            for k in 0..<warmup {
+                for d in 0..<devices {
+                    while client.inFlight > 2_000 { await Task.yield() }
+                    try client.publish(MQTTMessage(topic: "tracker/\(tag)-\(d)/fixes", string: DemoRecording.line(drives[d % 20][underWay + k])))
+                }
+            }
+            await client.drain(timeout: .seconds(600))
+            try await constellation.waitJudged(before + Int64(warmup * devices), timeout: 600)
+        }
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
         let latencies = Mutex<[Double]>([])
         let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
@@ -125,9 +148,10 @@ enum ConstellationBench {
         for i in 0..<total {
             let due = start + .microseconds(Int64(i) * 1_000_000 / Int64(rate))
             if due > ContinuousClock.now { try await Task.sleep(until: due, clock: .continuous) }
-            let device = "\(tag)-\(i % devices)", k = i / devices
+            let device = "\(tag)-\(i % devices)", k = warmup + i / devices
             sentAt.withLock { $0["\(device):\(k + 1)"] = ContinuousClock.now }
-            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes", string: DemoRecording.line(drives[i % 20][k % 1_600])))
+            try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes",
+                                           string: DemoRecording.line(drives[(i % devices) % 20][(underWay + k) % 1_600])))
         }
         await client.drain(timeout: .seconds(60))
         // The last events trail the last publish by the pipeline's latency.
