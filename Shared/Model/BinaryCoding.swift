@@ -246,7 +246,6 @@ extension ActivityReading: BinaryStorable {
     }
 }
 
-
 /// A service's row stored in a binary form: the magic byte, the format
 /// version, then the fields (`writeFields`). A field added later goes at the
 /// end, with the version raised and a reader for the old order. JSON rows of
