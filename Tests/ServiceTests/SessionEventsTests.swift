@@ -31,7 +31,10 @@ import Testing
         for body in [Event.Body.sessionStarted(escaped), .location(point)] {
             #expect(SessionEvents.read(Array(JSONCoding.encode(Event(device: Self.device, timeMs: 10, body)))) == nil)
         }
-        for odd in [#"{"type":"sessionStarted","session":{"id":"s"}}"#, #"{"type":"sessionEnded","session":{"id":"s","device":"d","startMs":1}}"#,
+        for odd in [#"{"type":"sessionStarted","session":{"id":"s"}}"#,
+                    #"{"type":"sessionStopped","session":{"id":"s","device":"van","startMs":1,"tag":5}}"#,
+                    #"{"device":"van","timeMs":1,"type":"sessionStopped","session":{"id":"s","device":"van","startMs":1,"auto":"yes"}}"#,
+                    #"{"timeMs":1,"type":"sessionStopped","session":{"id":"s","device":"van","startMs":1}}"#, #"{"type":"sessionEnded","session":{"id":"s","device":"d","startMs":1}}"#,
                     #"{"type":"sessionStarted","session":{"id":"s","device":"not a device","startMs":1}}"#, "[]"] {
             #expect(SessionEvents.read(Array(odd.utf8)) == nil, "\(odd)")
         }

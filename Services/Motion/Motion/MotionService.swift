@@ -80,10 +80,15 @@ enum SessionEvents {
     /// of motion's time at 10,000 devices). Nil for any other event or
     /// anything unusual: JSONDecoder then reads it.
     static func read(_ payload: [UInt8]) -> (started: Bool, sessionID: String)? {
+        // Every field JSONDecoder would check, so both paths refuse the same events.
         guard JSONCoding.fastPaths, let event = FlatJSONObject(payload, objects: true),
-              let type = event.string("type").required, let session = event.object("session").required,
-              let id = session.string("id").required, let device = session.string("device").required, DeviceID(device) != nil,
-              session.int64("startMs").required != nil else { return nil }
+              let type = event.string("type").required, let eventDevice = event.string("device").required,
+              DeviceID(allowingReserved: eventDevice) != nil, event.int64("timeMs").required != nil,
+              let session = event.object("session").required,
+              let id = session.string("id").required, let device = session.string("device").required,
+              DeviceID(allowingReserved: device) != nil, session.int64("startMs").required != nil,
+              session.string("tag").optional != nil, session.int64("endMs").optional != nil,
+              session.bool("auto").optional != nil else { return nil }
         switch type {
         case "sessionStarted": return (true, id)
         case "sessionStopped": return (false, id)

@@ -111,13 +111,13 @@ extension ServiceHost {
     func noteTips(_ message: MQTTMessage, input: String) {
         let now = clock.nowMs()
         if let last = tipsReadMs[message.topic], now - last < Self.tipsReadIntervalMs, now >= last { return }
-        tipsReadMs[message.topic] = now
         let health: Health
         do { health = try JSONCoding.decoder.decode(Health.self, from: Data(message.payload)) } catch {
             // Another version's or a forged one: it carries no tips this build can use; counted, not fatal.
             counters.count("unreadableHealth")
             return
         }
+        tipsReadMs[message.topic] = now  // only a health that was read keeps the next one waiting
         guard let stream = health.streams?[input] else { return }
         for (id, tip) in stream.tips {
             guard let device = DeviceID(id) else { continue }
