@@ -155,6 +155,19 @@ extension Optional: BinaryStorable where Wrapped: BinaryStorable {
     }
 }
 
+/// The count, then each key and its value (in the dictionary's order).
+extension Dictionary: BinaryStorable where Key: BinaryStorable, Value: BinaryStorable {
+    @inlinable public func write(to w: inout BinaryWriter) {
+        w.varint(UInt64(count))
+        for (key, value) in self { w.write(key, value) }
+    }
+    @inlinable public init(from r: inout BinaryReader) throws {
+        let n = try r.count()
+        self.init(minimumCapacity: n)
+        for _ in 0..<n { self[try Key(from: &r)] = try Value(from: &r) }
+    }
+}
+
 extension Array: BinaryStorable where Element: BinaryStorable {
     @inlinable public func write(to w: inout BinaryWriter) {
         w.varint(UInt64(count))
@@ -246,7 +259,7 @@ extension ActivityReading: BinaryStorable {
     }
 }
 
-/// A service's row stored in a binary form: the magic byte, the format
+/// A service's row (or other per-device state) stored in a binary form: the magic byte, the format
 /// version, then the fields (`writeFields`). A field added later goes at the
 /// end, with the version raised and a reader for the old order. JSON rows of
 /// earlier releases (they start with `{`) still read.

@@ -1,4 +1,5 @@
 import Foundation
+import Model
 @testable import Runtime
 import Testing
 
@@ -10,23 +11,23 @@ import Testing
 
     @Test func everyMarkComesBack() throws {
         for marks in [[:], Self.marks] {
-            let stored = StoredInputs.encode(marks)
+            let stored = StoredInputs(marks).stored
             #expect(stored.first == 0xF1)
-            #expect(try StoredInputs.decode(Data(stored)) == marks)
+            #expect(try StoredInputs.restored(from: Data(stored), using: JSONCoding.decoder).marks == marks)
         }
     }
 
     @Test func theJSONOfAnEarlierReleaseStillReads() throws {
-        #expect(try StoredInputs.decode(Data(#"{"raw":{"seq":5},"motion":{"epoch":"e","seq":2}}"#.utf8))
+        #expect(try StoredInputs.restored(from: Data(#"{"raw":{"seq":5},"motion":{"epoch":"e","seq":2}}"#.utf8), using: JSONCoding.decoder).marks
             == ["raw": InputMark(epoch: nil, seq: 5), "motion": InputMark(epoch: "e", seq: 2)])
-        #expect(try StoredInputs.decode(Data("{}".utf8)).isEmpty)
+        #expect(try StoredInputs.restored(from: Data("{}".utf8), using: JSONCoding.decoder).marks.isEmpty)
     }
 
     @Test func damageIsThrown() {
-        let stored = StoredInputs.encode(Self.marks)
-        #expect(throws: (any Error).self) { try StoredInputs.decode(Data(stored.dropLast(2))) }
-        #expect(throws: (any Error).self) { try StoredInputs.decode(Data(stored + [0])) }
-        #expect(throws: (any Error).self) { try StoredInputs.decode(Data([0xF1, 9, 0])) }
-        #expect(throws: (any Error).self) { try StoredInputs.decode(Data([0xF1, 1, 0xFF, 0xFF, 0xFF, 0x7F])) }
+        let stored = StoredInputs(Self.marks).stored
+        #expect(throws: (any Error).self) { try StoredInputs.restored(from: Data(stored.dropLast(2)), using: JSONCoding.decoder) }
+        #expect(throws: (any Error).self) { try StoredInputs.restored(from: Data(stored + [0]), using: JSONCoding.decoder) }
+        #expect(throws: (any Error).self) { try StoredInputs.restored(from: Data([0xF1, 9, 0]), using: JSONCoding.decoder) }
+        #expect(throws: (any Error).self) { try StoredInputs.restored(from: Data([0xF1, 1, 0xFF, 0xFF, 0xFF, 0x7F]), using: JSONCoding.decoder) }
     }
 }

@@ -67,7 +67,6 @@ import TrackCore
                                                 courseDeg: 5, receivedMs: 10), accepted: false, reason: "isolated_jump")),
             Sample(JudgedPoint(fix: FilterInput(seq: 7, sessionID: nil, timeMs: 9, latitude: 1, longitude: 2, accuracyM: 3),
                                accepted: true, reason: "accepted")),
-            Sample(Vertex(latitude: 1, longitude: 2, timeMs: 3)),
             Sample(LiveSession(id: "s", startMs: 1, distanceM: 2, durationSec: 3, points: 4, maxSpeedMps: 5)),
             Sample(LiveFrame(device: device, timeMs: 9, latitude: 48.137154, longitude: 11.576124, accuracyM: 7.5, speedMps: 13.2,
                              headingDeg: 263.6, motion: .moving, tail: [[48.1, 11.5], [48.137154, 11.576124]],
@@ -75,11 +74,6 @@ import TrackCore
             Sample(LiveFrame(device: device, timeMs: 1, latitude: 0, longitude: 0, accuracyM: 0, speedMps: nil, headingDeg: nil,
                              motion: nil, tail: [], session: nil)),
             Sample(StoredBody(StoredPoint(point: point, measured: reading))), Sample(StoredBody(StoredPoint(point: bare))),
-            Sample(TrackRow(lastTimeMs: 9, lastLatitude: 1, lastLongitude: 2, last: point, motion: .moving,
-                            tail: [Vertex(latitude: 1, longitude: 2, timeMs: 3)],
-                            session: LiveSession(id: "s", startMs: 1, distanceM: 2, durationSec: 3, points: 4, maxSpeedMps: 5),
-                            sessionStartOdometerM: 100)),
-            Sample(TrackRow()),
         ]
         let bodies: [Event.Body] = [
             .location(point), .locationRejected(Decision(seq: 4, timeMs: 9, accepted: false, reason: "stale", estimate: nil)),

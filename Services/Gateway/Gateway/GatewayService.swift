@@ -48,12 +48,9 @@ struct GatewaySettings {
 /// ring and publishes each accepted fix on `tracker/{device}/raw`: the
 /// gateway's table for the service host.
 enum GatewayService {
-    /// The binary form (GatewayCore/StoredRow.swift); rows of earlier releases are JSON and still read.
-    static var rows: RowCodec<GatewayRow> { .binary(fresh: { GatewayRow() }) }
-
     static func definition(_ settings: GatewaySettings, newSessionID: @escaping () -> String = Self.newSessionID)
         -> ServiceDefinition<GatewayRow> {
-        ServiceDefinition(name: "gateway", migrations: GatewayStore.migrations, rows: Self.rows) { db in
+        ServiceDefinition(name: "gateway", migrations: GatewayStore.migrations, rows: .binary(fresh: { GatewayRow() })) { db in
             let store = try GatewayStore(db: db, sessionsPerDevice: settings.sessionsPerDevice, sessionsTotal: settings.sessionsTotal)
             let handler = Handler(store: store, parser: FixParser(validator: settings.validator),
                                   core: GatewayCore(rules: SessionRules(policy: settings.sessionPolicy)), newSessionID: newSessionID,

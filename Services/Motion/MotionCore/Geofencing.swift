@@ -241,16 +241,11 @@ public struct FenceVisits: Codable, Sendable, Equatable, Sequence {
 }
 
 extension FenceVisits: BinaryStorable {
-    public func write(to w: inout BinaryWriter) {
-        w.varint(UInt64(entries.count))
-        for entry in entries { w.write(entry.key, entry.visit) }
-    }
-    public init(from r: inout BinaryReader) throws {
-        let count = try r.varint()
-        guard count <= 1 << 20 else { throw BinaryReader.Malformed("\(count) fence visits") }
-        for _ in 0..<count {
-            let key: String = try r.read()
-            entries.append(Entry(key: key, visit: try r.read()))
-        }
-    }
+    public func write(to w: inout BinaryWriter) { w.write(entries) }
+    public init(from r: inout BinaryReader) throws { entries = try r.read() }
+}
+
+extension FenceVisits.Entry: BinaryStorable {
+    func write(to w: inout BinaryWriter) { w.write(key, visit) }
+    init(from r: inout BinaryReader) throws { self.init(key: try r.read(), visit: try r.read()) }
 }

@@ -53,34 +53,6 @@ struct TrackRow: Codable, Equatable {
     static let tailLength = 120
 }
 
-extension TrackRow: JSONWritable {
-    func write(to w: inout JSONWriter) {
-        w.beginObject()
-        w.field("last", last)
-        w.field("lastLatitude", lastLatitude)
-        w.field("lastLongitude", lastLongitude)
-        w.field("lastTimeMs", lastTimeMs)
-        w.field("motion", motion)
-        w.field("session", session)
-        w.field("sessionStartOdometerM", sessionStartOdometerM)
-        w.key("tail")
-        w.beginArray()
-        for v in tail { v.write(to: &w) }
-        w.endArray()
-        w.endObject()
-    }
-}
-
-extension Vertex: JSONWritable {
-    public func write(to w: inout JSONWriter) {
-        w.beginObject()
-        w.field("latitude", latitude)
-        w.field("longitude", longitude)
-        w.field("timeMs", timeMs)
-        w.endObject()
-    }
-}
-
 extension LiveSession: JSONWritable {
     public func write(to w: inout JSONWriter) {
         w.beginObject()

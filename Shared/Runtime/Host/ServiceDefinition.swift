@@ -88,21 +88,6 @@ extension RowCodec where Row: BinaryStoredRow {
     }
 }
 
-extension RowCodec where Row: Codable & JSONWritable {
-    /// Rows written by their direct writer (stored on every commit of a busy
-    /// device) and read back by JSONDecoder. A separate name, not an overload,
-    /// so the choice is the service's and never the compiler's.
-    public static func written(fresh: @escaping () -> Row) -> RowCodec {
-        RowCodec(fresh: fresh, encode: { row in
-            // TRACKER_JSON=foundation measures what the writer is worth.
-            guard JSONCoding.fastPaths else { return Array(JSONCoding.foundation(row)) }
-            var w = JSONWriter()
-            row.write(to: &w)
-            return w.bytes
-        }, decode: { (try JSONCoding.decoder.decode(Row.self, from: $0), nil) })
-    }
-}
-
 /// The outbox: a log whose entries are the messages on an internal topic.
 public struct OutboxRoute {
     public let log: DeviceLog

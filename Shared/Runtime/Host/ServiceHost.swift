@@ -295,7 +295,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if let warning { logger.warning(warning, ["device": device.rawValue]) }
         var inputs: [String: InputMark] = [:]
         do {
-            inputs = try StoredInputs.decode(stored.inputs)
+            inputs = try StoredInputs.restored(from: stored.inputs, using: JSONCoding.decoder).marks
         } catch {
             // Loud, not silent: every input of this device is applied again from its next message.
             logger.error("stored input watermarks unreadable; they start over", ["device": device.rawValue, "error": "\(error)"])
@@ -324,13 +324,14 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         guard db.hasOpenBatch || batch.failure != nil else { return true }
         if batch.failure == nil {
             do {
-                for (device, entry) in cache.dirtyEntries {
-                    let row = rows.encode(entry.row), inputs = StoredInputs.encode(entry.inputs)
+                let dirty = cache.dirtyEntries
+                for (device, entry) in dirty {
+                    let row = rows.encode(entry.row), inputs = StoredInputs(entry.inputs).stored
                     try store.save(device, row: row, binary: rows.binary, inputs: inputs)
                     cache.written(device, storedBytes: row.count + inputs.count)
                 }
                 try db.commitBatch()
-                if !tipTopics.isEmpty { for (device, entry) in cache.dirtyEntries { recentMarks.record(device, entry.inputs) } }
+                if !tipTopics.isEmpty { for (device, entry) in dirty { recentMarks.record(device, entry.inputs) } }
                 counters.count("commits")
                 cache.markClean()
                 batch.messages.forEach { attempts.forget($0) }
