@@ -32,6 +32,9 @@ let package = Package(
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
         .target(name: "Runtime", dependencies: ["Model", "TrackerLog", "Bus", "Store"], path: "Shared/Runtime",
                 swiftSettings: strict),
+        // Outgoing HTTP (URLSession): its own module, so that only the services
+        // that call out (track, uploader) load libcurl and its TLS stack.
+        .target(name: "OutboundHTTP", path: "Shared/OutboundHTTP", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime", "FilterCore", "MotionCore", "TrackCore"], path: "Shared/TestSupport",
                 swiftSettings: strict),
 
@@ -49,9 +52,9 @@ let package = Package(
         .executableTarget(name: "Motion", dependencies: ["MotionCore", "Runtime"],
                           path: "Services/Motion/Motion", swiftSettings: strict),
         .target(name: "TrackCore", dependencies: ["Model"], path: "Services/Track/TrackCore", swiftSettings: strict),
-        .executableTarget(name: "Track", dependencies: ["TrackCore", "Runtime"], path: "Services/Track/Track", swiftSettings: strict),
+        .executableTarget(name: "Track", dependencies: ["TrackCore", "Runtime", "OutboundHTTP"], path: "Services/Track/Track", swiftSettings: strict),
         .target(name: "UploaderCore", dependencies: ["Model"], path: "Services/Uploader/UploaderCore", swiftSettings: strict),
-        .executableTarget(name: "Uploader", dependencies: ["UploaderCore", "Runtime"], path: "Services/Uploader/Uploader", swiftSettings: strict),
+        .executableTarget(name: "Uploader", dependencies: ["UploaderCore", "Runtime", "OutboundHTTP"], path: "Services/Uploader/Uploader", swiftSettings: strict),
         .target(name: "HTTPCore", dependencies: ["Model"], path: "Services/HTTP/HTTPCore", swiftSettings: strict),
         .executableTarget(name: "HTTP", dependencies: ["HTTPCore", "Runtime", "CMicroHTTPD"], path: "Services/HTTP/HTTP", swiftSettings: strict),
         .executableTarget(name: "Ctl", dependencies: ["Model", "Bus", "Runtime", "TrackCore"], path: "Services/Ctl",

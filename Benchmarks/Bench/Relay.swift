@@ -53,6 +53,25 @@ enum Relay {
         return rate
     }
 
+    /// The filter's hops with nothing done: raw fixes in, each republished on
+    /// `points` and on `events` as the filter publishes a point and its
+    /// `location` event, until every one came out on `events`. The filter's
+    /// ratio is taken against this, not against the gateway's one-out hop.
+    static func measureFilterHops(_ broker: TestBroker, count: Int) async throws -> Double {
+        let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
+        let progress = try await MessageCollector(port: broker.port, filters: ["tracker/_bench/filter-relay"])
+        let stage = try ChildProcess(executable: executable, arguments: ["relay-stage", "\(broker.port)", "filter-relay", "tracker/+/raw", "points", "events"],
+                                     logFile: broker.directory.appendingPathComponent("stage-filter-relay.log").path)
+        try await progress.wait(description: "relay online") { !$0.isEmpty }
+        await progress.close()
+        let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events"])
+        let rate = try await Throughput.pump(broker, sink, Throughput.rawPayloads(count), leaf: "events", count: count)
+        stage.kill(SIGKILL)
+        _ = stage.wait(timeout: 5)
+        try await Throughput.forget(clientID: "bench-stage-filter-relay", broker, retainedHealth: nil)
+        return rate
+    }
+
     /// `tracker-bench relay-stage PORT NAME IN LEAF…`: a do-nothing stage of
     /// the constellation, run as its own process with a persistent session:
     /// every message on the filter IN is republished (QoS 1) on

@@ -117,7 +117,12 @@ do {
             ratioLine("gateway, 10-fix batches", try await Throughput.gatewayBatched(broker, count: count, batch: 10), ceiling, unit: "fix/s")
         }
         if arguments.first != "gateway" {
-            ratioLine("filter raw→verdict", try await Throughput.filter(broker, count: count), ceiling)
+            // The filter's own do-nothing relay: raw in, a point and an event out for each.
+            let relay = try await Relay.measureFilterHops(broker, count: count)
+            ratioLine("relay raw→points+events", relay, ceiling)
+            let filter = try await Throughput.filter(broker, count: count)
+            ratioLine("filter raw→verdict", filter, ceiling)
+            print(String(format: "  filter against its relay: %.2f", filter / relay))
             ratioLine("filter, Foundation JSON", try await Throughput.filter(broker, count: count, variant: .foundationJSON), ceiling)
             if let baseline { ratioLine("filter, baseline build", try await Throughput.filter(broker, count: count, variant: baseline), ceiling) }
             ratioLine("filter catching up a backlog", try await Throughput.filterBacklog(broker, count: count), ceiling)

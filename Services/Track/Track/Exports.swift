@@ -1,5 +1,6 @@
 import Foundation
 import Model
+import OutboundHTTP
 import Runtime
 import TrackCore
 

@@ -1,4 +1,5 @@
 import Foundation
+import OutboundHTTP
 import Runtime
 import UploaderCore
 
