@@ -7,7 +7,8 @@ import TestSupport
 /// `tracker-bench constellation [N] [DEVICES]`: the whole product, five
 /// services and a local sink on one broker.
 /// - Throughput: N fixes of noisy drives (1,600 a device, or N / DEVICES
-///   over DEVICES devices, each round every device once) in as fast as the
+///   over DEVICES devices, each round every device once, from where the
+///   drive is under way when the rounds leave room) in as fast as the
 ///   broker acknowledges, until the filter has taken every fix and the track
 ///   service has stored and the sink has received every point accepted by
 ///   then (fixes the filter holds for a later one come out once their device
@@ -38,11 +39,16 @@ enum ConstellationBench {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).prefix(1_600).map(\.fix)) }
         let devices = fleet ?? max(1, (count + 1_599) / 1_600)
+        // A fleet on the road: the drives stand still for their first minutes, so
+        // a device with few rounds starts where its drive is under way (fix 700),
+        // or as late as its rounds still fit in the drive (never wrapping back in time).
+        let rounds = (count + devices - 1) / devices
+        let underWay = max(0, min(700, 1_600 - rounds))
         let start = ContinuousClock.now
         var sent = 0
-        for round in 0..<((count + devices - 1) / devices) where sent < count {
+        for round in 0..<rounds where sent < count {
             for device in 0..<devices where sent < count {
-                let fix = drives[device % 20][round % 1_600]
+                let fix = drives[device % 20][(underWay + round) % 1_600]
                 while client.inFlight > 2_000 { await Task.yield() }
                 try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
                 sent += 1
@@ -126,6 +132,8 @@ enum ConstellationBench {
         let latencies = Mutex<[Double]>([])
         let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
         let rawLatencies = Mutex<[Double]>([])
+        // LATENCY_TRACE=FILE: each event's send time (s) and latency (ms), to find what the tail lines up with.
+        let trace = Mutex<[(Double, Double)]>([]), traceStart = ContinuousClock.now
         events.setHandler { message in
             let received = ContinuousClock.now
             if message.topic.hasSuffix("/raw") {
@@ -140,6 +148,7 @@ enum ConstellationBench {
                   case .location(let point) = event.body,
                   let sent = sentAt.withLock({ $0["\(event.device.rawValue):\(point.seq)"] }) else { return }
             latencies.withLock { $0.append((received - sent).seconds * 1_000) }
+            trace.withLock { $0.append(((sent - traceStart).seconds, (received - sent).seconds * 1_000)) }
         }
         try await events.connect()
         try await events.subscribe(["tracker/+/events"] + (ProcessInfo.processInfo.environment["LATENCY_HOPS"] != nil ? ["tracker/+/raw"] : []))
@@ -160,6 +169,10 @@ enum ConstellationBench {
         await client.disconnect()
         let raw = rawLatencies.withLock { $0 }.sorted()
         if !raw.isEmpty { print(String(format: "  publish → raw (the gateway's hop) at %d fixes/s: p50 %.1f ms, p99 %.1f ms", rate, raw[raw.count / 2], raw[raw.count * 99 / 100])) }
+        if let file = ProcessInfo.processInfo.environment["LATENCY_TRACE"] {
+            let lines = trace.withLock { $0 }.map { String(format: "%.4f %.2f", $0.0, $0.1) }.joined(separator: "\n")
+            try? Data((lines + "\n").utf8).write(to: URL(fileURLWithPath: "\(file).\(tag)"))
+        }
         let sorted = latencies.withLock { $0 }.sorted()
         guard !sorted.isEmpty else { return (0, 0, 0) }
         return (sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)], sorted.count)

@@ -75,14 +75,20 @@ enum Relay {
     /// `tracker-bench relay-stage PORT NAME IN LEAF…`: a do-nothing stage of
     /// the constellation, run as its own process with a persistent session:
     /// every message on the filter IN is republished (QoS 1) on
-    /// `tracker/{device}/{leaf}` for each LEAF; with no LEAF it only counts.
+    /// `tracker/{device}/{leaf}` for each LEAF (`live` at QoS 0, retained, as
+    /// the track's live frames); with no LEAF it only counts.
     /// Every 1,000 messages it says how many on `tracker/_bench/NAME`.
     static func serveStage(port: Int32, name: String, input: String, leaves: [String]) async throws -> Never {
         let client = try MQTTClient(MQTTOptions(port: port, clientID: "bench-stage-\(name)", cleanStart: false, sessionExpirySec: 600))
         let seen = Mutex(0)
         client.setHandler { [unowned client] message in
             let device = message.topic.split(separator: "/")[1]
-            for leaf in leaves { try? client.publish(MQTTMessage(topic: "tracker/\(device)/\(leaf)", payload: message.payload)) }
+            for leaf in leaves {
+                // `live` as the track publishes its live frames: QoS 0, retained.
+                let frame = leaf == "live"
+                try? client.publish(MQTTMessage(topic: "tracker/\(device)/\(leaf)", payload: message.payload,
+                                                qos: frame ? .atMostOnce : .atLeastOnce, retain: frame))
+            }
             let count = seen.withLock { $0 += 1; return $0 }
             if count % 1_000 == 0 { try? client.publish(MQTTMessage(topic: "tracker/_bench/\(name)", string: "\(count)")) }
         }
@@ -94,11 +100,11 @@ enum Relay {
 
     /// The product's hops and fan-out with nothing done at any of them:
     /// fixes → raw (gateway), raw → points + events (filter), points read by
-    /// three (motion, track, uploader). Fixes/s until all three have them all.
+    /// three (motion, track, uploader), the track's live frame for each. Fixes/s until all three have them all.
     static func measureConstellation(_ broker: TestBroker, count: Int) async throws -> Double {
         let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
         let stages = [("gateway", "tracker/+/fixes", ["raw"]), ("filter", "tracker/+/raw", ["points", "events"]),
-                      ("motion", "tracker/+/points", []), ("track", "tracker/+/points", []), ("uploader", "tracker/+/points", [])]
+                      ("motion", "tracker/+/points", []), ("track", "tracker/+/points", ["live"]), ("uploader", "tracker/+/points", [])]
         let progress = try await MessageCollector(port: broker.port, filters: ["tracker/_bench/+"])
         let processes = try stages.map { name, input, leaves in
             try ChildProcess(executable: executable, arguments: ["relay-stage", "\(broker.port)", name, input] + leaves,
