@@ -18,6 +18,8 @@ enum MemoryBench {
         // MEMORY_BUDGET=MB: the services' cacheBudgetMB; MEMORY_SQLITE=MB: their sqliteCacheMB.
         if let budget = ProcessInfo.processInfo.environment["MEMORY_BUDGET"].flatMap(Int.init) { config["cacheBudgetMB"] = budget }
         if let sqlite = ProcessInfo.processInfo.environment["MEMORY_SQLITE"].flatMap(Int.init) { config["sqliteCacheMB"] = sqlite }
+        // MEMORY_BACKLOG=N: the services' outputBacklogMax (messages waiting for the broker).
+        if let backlog = ProcessInfo.processInfo.environment["MEMORY_BACKLOG"].flatMap(Int.init) { config["outputBacklogMax"] = backlog }
         let services = try await GatewayAndFilter.start(gateway: config, filter: config)
         defer { services.stop() }
         let publisher = try await TestClient.connect(port: services.broker.port)
