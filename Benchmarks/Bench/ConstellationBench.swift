@@ -41,27 +41,46 @@ enum ConstellationBench {
         let devices = fleet ?? max(1, (count + 1_599) / 1_600)
         // A fleet on the road: the drives stand still for their first minutes, so
         // a device with few rounds starts where its drive is under way (fix 700),
-        // or as late as its rounds still fit in the drive (never wrapping back in time).
+        // or as late as its rounds still fit in the drive (with more rounds than
+        // the drive has fixes, from the start, and it wraps back in time).
+        // CONSTELLATION_WARMUP=K: a fleet already driving. Every device first
+        // sends K fixes, unmeasured, and the clock starts once every service
+        // has taken them, so the N measured fixes find every device known.
+        let warmup = ProcessInfo.processInfo.environment["CONSTELLATION_WARMUP"].flatMap(Int.init) ?? 0
         let rounds = (count + devices - 1) / devices
-        let underWay = max(0, min(700, 1_600 - rounds))
-        let start = ContinuousClock.now
-        var sent = 0
-        for round in 0..<rounds where sent < count {
-            for device in 0..<devices where sent < count {
-                let fix = drives[device % 20][(underWay + round) % 1_600]
-                while client.inFlight > 2_000 { await Task.yield() }
-                try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
-                sent += 1
+        let underWay = max(0, min(700, 1_600 - rounds - warmup))
+        func send(rounds range: Range<Int>, limit: Int) async throws {
+            var sent = 0
+            for round in range where sent < limit {
+                for device in 0..<devices where sent < limit {
+                    let fix = drives[device % 20][(underWay + round) % 1_600]
+                    while client.inFlight > 2_000 { await Task.yield() }
+                    try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
+                    sent += 1
+                }
             }
+            await client.drain(timeout: .seconds(3_600))
         }
-        await client.drain(timeout: .seconds(3_600))
+        let warm = Int64(warmup * devices)
+        if warmup > 0 {
+            try await send(rounds: 0..<warmup, limit: Int(warm))
+            let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took the warm-up") { $0.processed >= warm }
+            let accepted = taken.counters?["accepted"] ?? 0
+            try await constellation.waitHealth("track", timeout: 3_600, description: "the warm-up stored") { $0.processed >= accepted }
+            try await constellation.waitHealth("uploader", timeout: 3_600, description: "the warm-up delivered") {
+                $0.processed >= accepted && $0.queueDepth == 0
+            }
+            print("warm-up: \(warmup) fixes from each of \(devices) devices, unmeasured (\(accepted) accepted)")
+        }
+        let start = ContinuousClock.now
+        try await send(rounds: warmup..<(warmup + rounds), limit: count)
         let published = (ContinuousClock.now - start).seconds
         // The filter has taken every fix. Those it holds for a later one (the look-ahead, the
         // smoothing lag) come out once their device has been silent `lookAheadSec` (30 s): that
         // is latency, not throughput, so the end leaves them out and says when the last came out.
-        let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took every fix") { $0.processed >= Int64(count) }
+        let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took every fix") { $0.processed >= warm + Int64(count) }
         let accepted = taken.counters?["accepted"] ?? 0
-        let held = Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
+        let held = warm + Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
         let filtered = (ContinuousClock.now - start).seconds
         try await constellation.waitHealth("track", timeout: 3_600, description: "every point stored") { $0.processed >= accepted }
@@ -71,11 +90,11 @@ enum ConstellationBench {
         }
         let delivered = (ContinuousClock.now - start).seconds
         let atSink = constellation.sink!.points().count
-        let judged = try await constellation.waitJudged(Int64(count), timeout: 3_600)
+        let judged = try await constellation.waitJudged(warm + Int64(count), timeout: 3_600)
         let allJudged = (ContinuousClock.now - start).seconds
         print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
                      ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
-        print(String(format: "%d fixes over %d devices: published in %.1f s, taken by the filter in %.1f s (%lld accepted, %lld held for later fixes), stored in %.1f s, at the sink in %.1f s (%d distinct there)",
+        print(String(format: "%d fixes over %d devices: published in %.1f s, taken by the filter in %.1f s (%lld accepted, %lld held for later fixes; warm-up included), stored in %.1f s, at the sink in %.1f s (%d distinct there)",
                      count, devices, published, filtered, accepted, held, stored, delivered, atSink))
         print(String(format: "  the held fixes judged by %.1f s, once their devices were silent (%lld accepted in all)", allJudged, judged.counters?["accepted"] ?? 0))
         print(String(format: "do-nothing relays over the same hops and fan-out: %@ fixes/s, median %.0f (%.2f of the ceiling)",
@@ -132,8 +151,9 @@ enum ConstellationBench {
         let latencies = Mutex<[Double]>([])
         let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
         let rawLatencies = Mutex<[Double]>([])
-        // LATENCY_TRACE=FILE: each event's send time (s) and latency (ms), to find what the tail lines up with.
-        let trace = Mutex<[(Double, Double)]>([]), traceStart = ContinuousClock.now
+        // LATENCY_TRACE=FILE: each event's send time (s from the first publish) and latency (ms), to find what the tail lines up with.
+        let traceFile = ProcessInfo.processInfo.environment["LATENCY_TRACE"], tracing = traceFile != nil
+        let trace = Mutex<[(ContinuousClock.Instant, Double)]>([])
         events.setHandler { message in
             let received = ContinuousClock.now
             if message.topic.hasSuffix("/raw") {
@@ -148,7 +168,7 @@ enum ConstellationBench {
                   case .location(let point) = event.body,
                   let sent = sentAt.withLock({ $0["\(event.device.rawValue):\(point.seq)"] }) else { return }
             latencies.withLock { $0.append((received - sent).seconds * 1_000) }
-            trace.withLock { $0.append(((sent - traceStart).seconds, (received - sent).seconds * 1_000)) }
+            if tracing { trace.withLock { $0.append((sent, (received - sent).seconds * 1_000)) } }
         }
         try await events.connect()
         try await events.subscribe(["tracker/+/events"] + (ProcessInfo.processInfo.environment["LATENCY_HOPS"] != nil ? ["tracker/+/raw"] : []))
@@ -169,9 +189,9 @@ enum ConstellationBench {
         await client.disconnect()
         let raw = rawLatencies.withLock { $0 }.sorted()
         if !raw.isEmpty { print(String(format: "  publish → raw (the gateway's hop) at %d fixes/s: p50 %.1f ms, p99 %.1f ms", rate, raw[raw.count / 2], raw[raw.count * 99 / 100])) }
-        if let file = ProcessInfo.processInfo.environment["LATENCY_TRACE"] {
-            let lines = trace.withLock { $0 }.map { String(format: "%.4f %.2f", $0.0, $0.1) }.joined(separator: "\n")
-            try? Data((lines + "\n").utf8).write(to: URL(fileURLWithPath: "\(file).\(tag)"))
+        if let traceFile {
+            let lines = trace.withLock { $0 }.map { String(format: "%.4f %.2f", ($0.0 - start).seconds, $0.1) }.joined(separator: "\n")
+            do { try Data((lines + "\n").utf8).write(to: URL(fileURLWithPath: "\(traceFile).\(tag)")) } catch { print("  (LATENCY_TRACE: \(error))") }
         }
         let sorted = latencies.withLock { $0 }.sorted()
         guard !sorted.isEmpty else { return (0, 0, 0) }
