@@ -25,7 +25,7 @@ enum HTTPBench {
         let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ServiceHarness.fastHealth,
                                          environment: ["TRACKER_MQTT_USERNAME": "tracker-gateway", "TRACKER_MQTT_PASSWORD": "bench-tracker-gateway"])
         try gateway.start()
-        let port = try freePort()
+        let port = try freeListenerPort()
         let http = try ServiceHarness(executable: "tracker-http", broker: broker,
                                       config: ["httpHost": "127.0.0.1", "httpPort": Int(port), "gatePort": Int(broker.gatePort),
                                                "operatorPort": Int(broker.operatorPort), "healthIntervalSec": 0.5],

@@ -14,7 +14,7 @@ public final class HTTPSink: @unchecked Sendable {
 
     /// Starts the sink in `directory` and waits until it listens.
     public init(in directory: URL, answers: [String] = []) throws {
-        port = try freePort()
+        port = try freeListenerPort()
         file = directory.appendingPathComponent("sink-\(UUID().uuidString.prefix(6)).jsonl")
         process = try ChildProcess(executable: "/usr/bin/python3",
                                    arguments: [Repository.root.appendingPathComponent("scripts/http-sink.py").path, "\(port)", file.path] + answers,

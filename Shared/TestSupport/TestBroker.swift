@@ -68,7 +68,7 @@ public final class TestBroker: @unchecked Sendable {
         var lastError: (any Error)?
         if let accounts, accounts.passwordDirectory == nil { try Self.writePasswords(accounts, in: directory) }
         for _ in 0..<5 {
-            let port = try freePort()
+            let port = try freeListenerPort()
             let config = directory.appendingPathComponent("mosquitto.conf")
             var operatorPort: Int32?
             var webPort: Int32?
@@ -83,9 +83,9 @@ public final class TestBroker: @unchecked Sendable {
                 """
             if let accounts {
                 // The product's own broker configuration, on free ports and this directory's files.
-                operatorPort = try freePort()
-                webPort = try freePort()
-                gatePort = try freePort()
+                operatorPort = try freeListenerPort()
+                webPort = try freeListenerPort()
+                gatePort = try freeListenerPort()
                 var product = try String(contentsOf: Repository.root.appendingPathComponent("config/mosquitto-logins.conf"), encoding: .utf8)
                 for (from, to) in [("listener 1883 127.0.0.1", "listener \(port) 127.0.0.1"),
                                    ("listener 1885 127.0.0.1", "listener \(operatorPort!) 127.0.0.1"),
@@ -105,7 +105,7 @@ public final class TestBroker: @unchecked Sendable {
             } else {
                 var listeners = "listener \(port) 127.0.0.1"
                 if let webDirectory {
-                    webPort = try freePort()
+                    webPort = try freeListenerPort()
                     listeners += "\nlistener \(webPort!) 127.0.0.1\nprotocol websockets\nhttp_dir \(webDirectory)"
                 }
                 try """
@@ -123,8 +123,11 @@ public final class TestBroker: @unchecked Sendable {
                 .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
             let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                          logFile: directory.appendingPathComponent("mosquitto.log").path)
+            // Every listener answers, and it is this mosquitto that answers: one that
+            // could not bind a port has exited, whoever else listens there.
             if waitForPort(port, timeout: 5), operatorPort.map({ waitForPort($0, timeout: 5) }) ?? true,
-               webPort.map({ waitForPort($0, timeout: 5) }) ?? true, gatePort.map({ waitForPort($0, timeout: 5) }) ?? true {
+               webPort.map({ waitForPort($0, timeout: 5) }) ?? true, gatePort.map({ waitForPort($0, timeout: 5) }) ?? true,
+               child.wait(timeout: 0) == nil {
                 self.port = port
                 self.webPort = webPort
                 self.operatorPort = operatorPort ?? port
@@ -181,7 +184,9 @@ public struct TestSupportError: Error, CustomStringConvertible {
     public init(_ description: String) { self.description = description }
 }
 
-/// A free TCP port on loopback (bind to port 0, read it, close).
+/// A free TCP port on loopback (bind to port 0, read it, close): a port
+/// nothing listens on, to be refused. A listener of the test's own takes
+/// `freeListenerPort()`.
 public func freePort() throws -> Int32 {
     guard let port = bindableLoopbackPort(0) else { throw TestSupportError("bind() failed") }
     return port
@@ -200,6 +205,15 @@ public func freePortBlock(offsets: [Int32], below ceiling: Int32 = 32_768) throw
         if offsets.allSatisfy({ bindableLoopbackPort(base + $0) != nil }) { return base }
     }
     throw TestSupportError("no block of free ports with offsets \(offsets) below \(ceiling)")
+}
+
+/// A free port for a listener of a test's own (a broker, an HTTP server),
+/// drawn below the kernel's ephemeral range like `freePortBlock`: a port
+/// `freePort()` gives is one the kernel may hand to the next client's
+/// outgoing socket, or to another suite's `freePort()`, before the listener
+/// binds it.
+public func freeListenerPort() throws -> Int32 {
+    try freePortBlock(offsets: [0])
 }
 
 /// Binds a loopback socket to `port` (0: any), returns the port it got, and closes it.

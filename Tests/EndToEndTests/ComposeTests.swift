@@ -31,7 +31,7 @@ import Testing
         #expect(Set(users) == Set(Constellation.services.flatMap { ["tracker-\($0)", "tracker-\($0)-out"] } + ["trackerctl", "tracker-map", "tracker-http"]))
 
         // compose/mosquitto.conf as the broker container reads it, on free ports and local paths.
-        let (port, operatorPort, webPort, gatePort) = (try freePort(), try freePort(), try freePort(), try freePort())
+        let (port, operatorPort, webPort, gatePort) = (try freeListenerPort(), try freeListenerPort(), try freeListenerPort(), try freeListenerPort())
         // What the broker image's build does: the page and its libraries, beside the broker.
         let web = dir.appendingPathComponent("web")
         let build = try ChildProcess(executable: root.appendingPathComponent("scripts/build-web").path, arguments: [web.path],

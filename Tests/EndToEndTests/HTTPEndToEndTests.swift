@@ -51,7 +51,7 @@ extension HeavySuites {
         static func start(_ settings: [String: Any] = [:], extraAccounts: [String: String] = [:], aclFile: String? = nil) async throws -> Running {
             let constellation = try Constellation(logins: true, accounts: accounts.merging(extraAccounts) { $1 }, aclFile: aclFile)
             try await constellation.start()
-            let port = try freePort()
+            let port = try freeListenerPort()
             var config: [String: Any] = ["httpHost": "127.0.0.1", "httpPort": Int(port), "gatePort": Int(constellation.broker.gatePort),
                                          "operatorPort": Int(constellation.broker.operatorPort), "healthIntervalSec": 0.2]
             for (key, value) in settings { config[key] = value }
