@@ -22,6 +22,7 @@ let package = Package(
                        providers: [.apt(["libmosquitto-dev"])]),
         .systemLibrary(name: "CSQLite", path: "Shared/CSQLite", pkgConfig: "sqlite3",
                        providers: [.apt(["libsqlite3-dev"])]),
+        .systemLibrary(name: "CMalloc", path: "Shared/CMalloc"),
         .systemLibrary(name: "CMicroHTTPD", path: "Shared/CMicroHTTPD", pkgConfig: "libmicrohttpd",
                        providers: [.apt(["libmicrohttpd-dev"])]),
 
@@ -30,7 +31,7 @@ let package = Package(
         .target(name: "TrackerLog", path: "Shared/TrackerLog", swiftSettings: strict),
         .target(name: "Bus", dependencies: ["CMosquitto", "TrackerLog"], path: "Shared/Bus", swiftSettings: strict),
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
-        .target(name: "Runtime", dependencies: ["Model", "TrackerLog", "Bus", "Store"], path: "Shared/Runtime",
+        .target(name: "Runtime", dependencies: ["Model", "TrackerLog", "Bus", "Store", "CMalloc"], path: "Shared/Runtime",
                 swiftSettings: strict),
         // Outgoing HTTP (URLSession): its own module, so that only the services
         // that call out (track, uploader) load libcurl and its TLS stack.

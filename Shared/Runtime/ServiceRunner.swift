@@ -106,7 +106,12 @@ public enum ServiceRunner {
         client.setOnRefused { refusals.note(topic: $0, code: $1) }
         client.setHandler { host.receive($0) }
         client.setBeforeAcknowledging { host.commit() }
-        client.setPeriodic(every: tickInterval) { host.tick() }
+        let heapTrims = Mutex(HeapTrimSchedule(intervalMs: 10_000))
+        client.setPeriodic(every: tickInterval) { [clock = context.clock] in
+            host.tick()
+            let processed = counters.snapshot().processed
+            if heapTrims.withLock({ $0.due(nowMs: clock.nowMs(), processed: processed) }) { Heap.trim() }
+        }
         client.setOnConnect { host.connected(reconnect: $0) }
         client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
 
