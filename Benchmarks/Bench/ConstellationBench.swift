@@ -61,34 +61,35 @@ enum ConstellationBench {
             }
             await client.drain(timeout: .seconds(3_600))
         }
+        // The filter has taken `total` fixes, then the track has stored and the sink has every point
+        // it accepted: the filter's health then, and when each was reached. Fixes it holds for a
+        // later one (the look-ahead, the smoothing lag) come out once their device has been silent
+        // `lookAheadSec` (30 s): that is latency, not throughput, so this leaves them out.
+        func settle(_ total: Int64, _ what: String) async throws
+            -> (taken: Health, filtered: ContinuousClock.Instant, stored: ContinuousClock.Instant, delivered: ContinuousClock.Instant) {
+            let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took \(what)") { $0.processed >= total }
+            let filtered = ContinuousClock.now, accepted = taken.counters?["accepted"] ?? 0
+            try await constellation.waitHealth("track", timeout: 3_600, description: "\(what): every point stored") { $0.processed >= accepted }
+            let stored = ContinuousClock.now
+            try await constellation.waitHealth("uploader", timeout: 3_600, description: "\(what): every point delivered") {
+                $0.processed >= accepted && $0.queueDepth == 0
+            }
+            return (taken, filtered, stored, ContinuousClock.now)
+        }
         let warm = Int64(warmup * devices)
         if warmup > 0 {
             try await send(rounds: 0..<warmup, limit: Int(warm))
-            let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took the warm-up") { $0.processed >= warm }
-            let accepted = taken.counters?["accepted"] ?? 0
-            try await constellation.waitHealth("track", timeout: 3_600, description: "the warm-up stored") { $0.processed >= accepted }
-            try await constellation.waitHealth("uploader", timeout: 3_600, description: "the warm-up delivered") {
-                $0.processed >= accepted && $0.queueDepth == 0
-            }
+            let accepted = try await settle(warm, "the warm-up").taken.counters?["accepted"] ?? 0
             print("warm-up: \(warmup) fixes from each of \(devices) devices, unmeasured (\(accepted) accepted)")
         }
         let start = ContinuousClock.now
         try await send(rounds: warmup..<(warmup + rounds), limit: count)
         let published = (ContinuousClock.now - start).seconds
-        // The filter has taken every fix. Those it holds for a later one (the look-ahead, the
-        // smoothing lag) come out once their device has been silent `lookAheadSec` (30 s): that
-        // is latency, not throughput, so the end leaves them out and says when the last came out.
-        let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took every fix") { $0.processed >= warm + Int64(count) }
-        let accepted = taken.counters?["accepted"] ?? 0
+        let settled = try await settle(warm + Int64(count), "every fix")
+        let taken = settled.taken, accepted = taken.counters?["accepted"] ?? 0
         let held = warm + Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
-        let filtered = (ContinuousClock.now - start).seconds
-        try await constellation.waitHealth("track", timeout: 3_600, description: "every point stored") { $0.processed >= accepted }
-        let stored = (ContinuousClock.now - start).seconds
-        try await constellation.waitHealth("uploader", timeout: 3_600, description: "every point delivered") {
-            $0.processed >= accepted && $0.queueDepth == 0
-        }
-        let delivered = (ContinuousClock.now - start).seconds
+        let (filtered, stored, delivered) = ((settled.filtered - start).seconds, (settled.stored - start).seconds, (settled.delivered - start).seconds)
         let atSink = constellation.sink!.points().count
         let judged = try await constellation.waitJudged(warm + Int64(count), timeout: 3_600)
         let allJudged = (ContinuousClock.now - start).seconds

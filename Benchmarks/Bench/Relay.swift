@@ -58,18 +58,38 @@ enum Relay {
     /// `location` event, until every one came out on `events`. The filter's
     /// ratio is taken against this, not against the gateway's one-out hop.
     static func measureFilterHops(_ broker: TestBroker, count: Int) async throws -> Double {
-        let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
-        let progress = try await MessageCollector(port: broker.port, filters: ["tracker/_bench/filter-relay"])
-        let stage = try ChildProcess(executable: executable, arguments: ["relay-stage", "\(broker.port)", "filter-relay", "tracker/+/raw", "points", "events"],
-                                     logFile: broker.directory.appendingPathComponent("stage-filter-relay.log").path)
+        let progress = try await MessageCollector(port: broker.port, filters: [Stage.progressTopic("filter-relay")])
+        let stage = try Stage(broker, name: "filter-relay", input: "tracker/+/raw", leaves: ["points", "events"])
         try await progress.wait(description: "relay online") { !$0.isEmpty }
         await progress.close()
         let sink = try await MessageCollector(port: broker.port, filters: ["tracker/+/events"])
         let rate = try await Throughput.pump(broker, sink, Throughput.rawPayloads(count), leaf: "events", count: count)
-        stage.kill(SIGKILL)
-        _ = stage.wait(timeout: 5)
-        try await Throughput.forget(clientID: "bench-stage-filter-relay", broker, retainedHealth: nil)
+        try await stage.retire(broker)
         return rate
+    }
+
+    /// A `relay-stage` process, started and retired.
+    struct Stage {
+        let name: String
+        let process: ChildProcess
+
+        static func clientID(_ name: String) -> String { "bench-stage-\(name)" }
+        /// Where the stage says how many messages it has relayed.
+        static func progressTopic(_ name: String) -> String { "tracker/_bench/\(name)" }
+
+        init(_ broker: TestBroker, name: String, input: String, leaves: [String]) throws {
+            self.name = name
+            process = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path,
+                                       arguments: ["relay-stage", "\(broker.port)", name, input] + leaves,
+                                       logFile: broker.directory.appendingPathComponent("stage-\(name).log").path)
+        }
+
+        /// Kills it and ends its persistent session, so nothing queues for it.
+        func retire(_ broker: TestBroker) async throws {
+            process.kill(SIGKILL)
+            _ = process.wait(timeout: 5)
+            try await Throughput.forget(clientID: Self.clientID(name), broker, retainedHealth: nil)
+        }
     }
 
     /// `tracker-bench relay-stage PORT NAME IN LEAF…`: a do-nothing stage of
@@ -79,7 +99,7 @@ enum Relay {
     /// the track's live frames); with no LEAF it only counts.
     /// Every 1,000 messages it says how many on `tracker/_bench/NAME`.
     static func serveStage(port: Int32, name: String, input: String, leaves: [String]) async throws -> Never {
-        let client = try MQTTClient(MQTTOptions(port: port, clientID: "bench-stage-\(name)", cleanStart: false, sessionExpirySec: 600))
+        let client = try MQTTClient(MQTTOptions(port: port, clientID: Stage.clientID(name), cleanStart: false, sessionExpirySec: 600))
         let seen = Mutex(0)
         client.setHandler { [unowned client] message in
             let device = message.topic.split(separator: "/")[1]
@@ -90,11 +110,11 @@ enum Relay {
                                                 qos: frame ? .atMostOnce : .atLeastOnce, retain: frame))
             }
             let count = seen.withLock { $0 += 1; return $0 }
-            if count % 1_000 == 0 { try? client.publish(MQTTMessage(topic: "tracker/_bench/\(name)", string: "\(count)")) }
+            if count % 1_000 == 0 { try? client.publish(MQTTMessage(topic: Stage.progressTopic(name), string: "\(count)")) }
         }
         try await client.connect()
         try await client.subscribe([input])
-        try await client.publishAndWait(MQTTMessage(topic: "tracker/_bench/\(name)", string: "0"))
+        try await client.publishAndWait(MQTTMessage(topic: Stage.progressTopic(name), string: "0"))
         while true { try await Task.sleep(for: .seconds(3600)) }
     }
 
@@ -102,14 +122,10 @@ enum Relay {
     /// fixes → raw (gateway), raw → points + events (filter), points read by
     /// three (motion, track, uploader), the track's live frame for each. Fixes/s until all three have them all.
     static func measureConstellation(_ broker: TestBroker, count: Int) async throws -> Double {
-        let executable = ServiceHarness.binaryDirectory.appendingPathComponent("tracker-bench").path
-        let stages = [("gateway", "tracker/+/fixes", ["raw"]), ("filter", "tracker/+/raw", ["points", "events"]),
-                      ("motion", "tracker/+/points", []), ("track", "tracker/+/points", ["live"]), ("uploader", "tracker/+/points", [])]
-        let progress = try await MessageCollector(port: broker.port, filters: ["tracker/_bench/+"])
-        let processes = try stages.map { name, input, leaves in
-            try ChildProcess(executable: executable, arguments: ["relay-stage", "\(broker.port)", name, input] + leaves,
-                             logFile: broker.directory.appendingPathComponent("stage-\(name).log").path)
-        }
+        let progress = try await MessageCollector(port: broker.port, filters: [Stage.progressTopic("+")])
+        let stages = try [("gateway", "tracker/+/fixes", ["raw"]), ("filter", "tracker/+/raw", ["points", "events"]),
+                          ("motion", "tracker/+/points", []), ("track", "tracker/+/points", ["live"]), ("uploader", "tracker/+/points", [])]
+            .map { try Stage(broker, name: $0, input: $1, leaves: $2) }
         try await progress.wait(description: "stages online") { Set($0.map(\.topic)).count == stages.count }
         let publisher = try await TestClient.connect(port: broker.port)
         let start = ContinuousClock.now
@@ -118,18 +134,14 @@ enum Relay {
             try publisher.publish(MQTTMessage(topic: "tracker/relay\(i % 32)/fixes",
                                               string: String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i / 32), 48.1, 11.5)))
         }
-        let ends = ["motion", "track", "uploader"].map { "tracker/_bench/\($0)" }
+        let ends = ["motion", "track", "uploader"].map(Stage.progressTopic)
         try await progress.wait(timeout: 600, description: "every stage has every message") { messages in
             ends.allSatisfy { end in messages.contains { $0.topic == end && Int($0.string) ?? 0 >= count } }
         }
         let seconds = (ContinuousClock.now - start).seconds
         await publisher.disconnect()
         await progress.close()
-        for (process, stage) in zip(processes, stages) {
-            process.kill(SIGKILL)
-            _ = process.wait(timeout: 5)
-            try await Throughput.forget(clientID: "bench-stage-\(stage.0)", broker, retainedHealth: nil)
-        }
+        for stage in stages { try await stage.retire(broker) }
         return Double(count) / seconds
     }
 }

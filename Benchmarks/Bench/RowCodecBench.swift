@@ -1,6 +1,7 @@
 import FilterCore
 import Foundation
 import Model
+import Runtime
 import TestSupport
 
 /// `tracker-bench row-codec`: what storing one filter row costs (it is
@@ -39,23 +40,16 @@ enum RowCodecBench {
         try measure("decode FilterRow.restored") { _ = try FilterRow.restored(from: stored, using: JSONCoding.decoder); return stored.count }
 
         // What a decoded row takes in memory, against what the device cache
-        // budgets for it (its stored size twice, 512 bytes and its inline
-        // size, DeviceCache.cost): resident memory before and after holding
+        // budgets for it (deviceStateCost): resident memory before and after holding
         // 10,000 decoded copies, so page rounding and malloc's slack count too.
         let copies = 10_000
         var kept: [FilterRow] = []
         kept.reserveCapacity(copies)
-        let before = residentBytes()
+        let before = ChildProcess.memory(of: getpid())?.resident ?? 0
         for _ in 0..<copies { kept.append(try FilterRow.restored(from: stored, using: JSONCoding.decoder).row) }
-        let perRow = Double(residentBytes() - before) / Double(copies)
-        let budgeted = MemoryLayout<FilterRow>.stride + 2 * stored.count + 512
+        let perRow = Double((ChildProcess.memory(of: getpid())?.resident ?? 0) - before) / Double(copies)
+        let budgeted = deviceStateCost(FilterRow.self, storedBytes: stored.count)
         print(String(format: "  in memory: %.0f bytes a row decoded (%d copies held); the cache budgets %d (%.2f of it)",
                      perRow, kept.count, budgeted, Double(budgeted) / perRow))
-    }
-
-    /// This process's resident memory (/proc/self/statm), in bytes.
-    static func residentBytes() -> Int {
-        let fields = ((try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? "").split(separator: " ")
-        return fields.count > 1 ? (Int(fields[1]) ?? 0) * Int(sysconf(Int32(_SC_PAGESIZE))) : 0
     }
 }

@@ -41,6 +41,9 @@ public final class HealthCounters: Sendable {
     /// Sets (or, with nil, clears) the note health carries.
     public func note(_ text: String?) { state.withLock { $0.note = text } }
 
+    /// The messages taken so far, without reading the queue depth or the stream tips as `snapshot` does.
+    var processedCount: Int64 { state.withLock { $0.processed } }
+
     func snapshot() -> Values {
         var values = state.withLock { $0 }
         if let source = queueDepthSource.withLock({ $0.read }) { values.queueDepth = source() }

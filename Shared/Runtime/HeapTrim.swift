@@ -10,22 +10,20 @@ import CMalloc
 /// comes once after each stretch of work, and at most once an interval.
 struct HeapTrimSchedule {
     let intervalMs: Int64
-    private var lastMs: Int64?
+    /// The count at the previous tick: the same count now is an idle tick.
     private var lastProcessed: Int64?
-    private var workedSinceTrim = true
+    /// When the last trim ran, and the count then: work since shows as a higher count.
+    private var trimmed: (ms: Int64, processed: Int64)?
 
     init(intervalMs: Int64) { self.intervalMs = intervalMs }
 
     /// True when a trim is due at `nowMs`, the service having taken
     /// `processed` messages in all; it then counts as done.
     mutating func due(nowMs: Int64, processed: Int64) -> Bool {
-        let idle = processed == lastProcessed
-        if !idle, lastProcessed != nil { workedSinceTrim = true }
-        lastProcessed = processed
-        guard idle, workedSinceTrim else { return false }
-        if let lastMs, nowMs - lastMs < intervalMs, nowMs >= lastMs { return false }
-        lastMs = nowMs
-        workedSinceTrim = false
+        defer { lastProcessed = processed }
+        guard processed == lastProcessed, processed != trimmed?.processed else { return false }
+        if let trimmed, nowMs - trimmed.ms < intervalMs, nowMs >= trimmed.ms { return false }
+        trimmed = (nowMs, processed)
         return true
     }
 }

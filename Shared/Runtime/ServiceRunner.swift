@@ -109,7 +109,7 @@ public enum ServiceRunner {
         let heapTrims = Mutex(HeapTrimSchedule(intervalMs: 10_000))
         client.setPeriodic(every: tickInterval) { [clock = context.clock] in
             host.tick()
-            let processed = counters.snapshot().processed
+            let processed = counters.processedCount
             if heapTrims.withLock({ $0.due(nowMs: clock.nowMs(), processed: processed) }) { Heap.trim() }
         }
         client.setOnConnect { host.connected(reconnect: $0) }

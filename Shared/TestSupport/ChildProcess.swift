@@ -70,7 +70,10 @@ public final class ChildProcess: @unchecked Sendable {
     /// Resident memory now, in bytes (VmRSS), its peak so far (VmHWM), and
     /// the part that is the process's own (RssAnon; the rest is mapped files,
     /// mostly shared libraries every service shares).
-    public var memory: (resident: Int, peak: Int, own: Int)? {
+    public var memory: (resident: Int, peak: Int, own: Int)? { Self.memory(of: pid) }
+
+    /// The same for any process (`getpid()`: this one).
+    public static func memory(of pid: pid_t) -> (resident: Int, peak: Int, own: Int)? {
         guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
         func kB(_ key: String) -> Int? {
             status.split(separator: "\n").first { $0.hasPrefix(key) }

@@ -10,6 +10,11 @@ import Model
 /// An entry's size is an estimate from its stored form and its type's
 /// inline size (`cost(storedBytes:)`), known when it is loaded and again
 /// whenever it is written.
+/// What the device cache counts for one device's state of type `T`, stored
+/// in `storedBytes` (see `DeviceCache.cost`); public for the benchmark that
+/// checks it against the memory a decoded row really takes.
+public func deviceStateCost<T>(_ type: T.Type, storedBytes: Int) -> Int { MemoryLayout<T>.stride + 2 * storedBytes + 512 }
+
 final class DeviceCache<Entry> {
     private var entries: [DeviceID: Slot] = [:]
     private(set) var dirty: Set<DeviceID> = []
@@ -35,7 +40,7 @@ final class DeviceCache<Entry> {
     /// dictionary slot and device id come on top. The entry's inline size
     /// counts whatever its stored form: a binary row leaves out its absent
     /// fields, which take their room in memory all the same.
-    static func cost(storedBytes: Int) -> Int { MemoryLayout<Entry>.stride + 2 * storedBytes + 512 }
+    static func cost(storedBytes: Int) -> Int { deviceStateCost(Entry.self, storedBytes: storedBytes) }
 
     var count: Int { entries.count }
 
