@@ -25,9 +25,12 @@ enum ConstellationBench {
         var ceilings: [Double] = []
         for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(constellation.broker, count: min(count, 50_000))) }
         let ceiling = ceilings.sorted()[1]
-        // The same hops and fan-out with nothing done at any of them, on the same broker.
+        // The same hops and fan-out with nothing done at any of them, on the same broker, over as many devices.
+        let devices = fleet ?? max(1, (count + 1_599) / 1_600)
         var relays: [Double] = []
-        for _ in 0..<3 { relays.append(try await Relay.measureConstellation(constellation.broker, count: min(count, 50_000) / 1_000 * 1_000)) }
+        for _ in 0..<3 {
+            relays.append(try await Relay.measureConstellation(constellation.broker, count: min(count, 50_000) / 1_000 * 1_000, devices: devices))
+        }
         let relay = relays.sorted()[1]
         try await constellation.start()
         defer { constellation.stop() }
@@ -38,7 +41,6 @@ enum ConstellationBench {
         // Twenty real-looking drives (seeds 1–20), repeated under other device ids as the fleet grows.
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).prefix(1_600).map(\.fix)) }
-        let devices = fleet ?? max(1, (count + 1_599) / 1_600)
         // A fleet on the road: the drives stand still for their first minutes, so
         // a device with few rounds starts where its drive is under way (fix 700),
         // or as late as its rounds still fit in the drive (with more rounds than
@@ -82,10 +84,18 @@ enum ConstellationBench {
             let accepted = try await settle(warm, "the warm-up").taken.counters?["accepted"] ?? 0
             print("warm-up: \(warmup) fixes from each of \(devices) devices, unmeasured (\(accepted) accepted)")
         }
+        // Each process's CPU time over the measured run: what a fix costs where, and what grows with the fleet.
+        func cpuTimes() -> [(String, Double, Double)] {
+            let processes: [(String, (user: Double, system: Double)?)] = [("broker", constellation.broker.cpu)]
+                + Constellation.services.map { ($0, constellation.services[$0]!.process?.cpu) }
+            return processes.map { ($0.0, $0.1?.user ?? 0, $0.1?.system ?? 0) }
+        }
+        let cpuBefore = cpuTimes()
         let start = ContinuousClock.now
         try await send(rounds: warmup..<(warmup + rounds), limit: count)
         let published = (ContinuousClock.now - start).seconds
         let settled = try await settle(warm + Int64(count), "every fix")
+        let cpuSpent = zip(cpuTimes(), cpuBefore).map { ($0.0, $0.1 - $1.1, $0.2 - $1.2) }
         let taken = settled.taken, accepted = taken.counters?["accepted"] ?? 0
         let held = warm + Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
@@ -104,15 +114,19 @@ enum ConstellationBench {
         print(String(format: "end to end (fixes in until every accepted point is stored and at the sink): %.0f fixes/s, %.2f of the ceiling, %.2f of the relays; to the track store %.0f fixes/s",
                      throughput, throughput / ceiling, throughput / relay, Double(count) / stored))
 
-        // LATENCY_RATES=a,b,…: other rates besides these two.
+        print("CPU per fix over the measured run, user + system: " + cpuSpent.map {
+            String(format: "%@ %.0f + %.0f µs", $0.0 as NSString, $0.1 / Double(count) * 1e6, $0.2 / Double(count) * 1e6)
+        }.joined(separator: ", ") + String(format: " (%.0f µs in all)", cpuSpent.reduce(0) { $0 + $1.1 + $1.2 } / Double(count) * 1e6))
+        // CONSTELLATION_LATENCY=0: throughput alone. LATENCY_RATES=a,b,…: other rates besides these two.
+        let measuresLatency = ProcessInfo.processInfo.environment["CONSTELLATION_LATENCY"] != "0"
         let extra = (ProcessInfo.processInfo.environment["LATENCY_RATES"] ?? "").split(separator: ",").compactMap { Int($0) }
-        for rate in [1_000, Int(throughput / 2)] + extra {
+        for rate in [1_000, Int(throughput / 2)] + extra where measuresLatency {
             let (p50, p99, samples) = try await latency(constellation, rate: rate, seconds: 10, drives: drives, tag: "r\(rate)",
                                                         devices: max(20, fleet ?? 20))
             print(String(format: "latency publish → location event at %d fixes/s: p50 %.1f ms, p99 %.1f ms (%d events)", rate, p50, p99, samples))
         }
         // A fleet in steady state: DEVICES devices that already drive (a few fixes each, unmeasured), one more fix each at 1,000 a second.
-        if let fleet, fleet > 20 {
+        if let fleet, fleet > 20, measuresLatency {
             let (p50, p99, samples) = try await latency(constellation, rate: 1_000, seconds: max(10, fleet / 1_000), drives: drives,
                                                         tag: "steady", devices: fleet, warmup: 5)
             print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",

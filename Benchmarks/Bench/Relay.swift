@@ -121,7 +121,9 @@ enum Relay {
     /// The product's hops and fan-out with nothing done at any of them:
     /// fixes → raw (gateway), raw → points + events (filter), points read by
     /// three (motion, track, uploader), the track's live frame for each. Fixes/s until all three have them all.
-    static func measureConstellation(_ broker: TestBroker, count: Int) async throws -> Double {
+    /// Over `devices` devices, as the constellation it is held against: the
+    /// broker's own cost grows with them (a topic and a retained frame each).
+    static func measureConstellation(_ broker: TestBroker, count: Int, devices: Int = 32) async throws -> Double {
         let progress = try await MessageCollector(port: broker.port, filters: [Stage.progressTopic("+")])
         let stages = try [("gateway", "tracker/+/fixes", ["raw"]), ("filter", "tracker/+/raw", ["points", "events"]),
                           ("motion", "tracker/+/points", []), ("track", "tracker/+/points", ["live"]), ("uploader", "tracker/+/points", [])]
@@ -131,14 +133,20 @@ enum Relay {
         let start = ContinuousClock.now
         for i in 0..<count {
             while publisher.inFlight > 2_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: "tracker/relay\(i % 32)/fixes",
-                                              string: String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i / 32), 48.1, 11.5)))
+            try publisher.publish(MQTTMessage(topic: "tracker/relay\(i % devices)/fixes",
+                                              string: String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i / devices), 48.1, 11.5)))
         }
         let ends = ["motion", "track", "uploader"].map(Stage.progressTopic)
         try await progress.wait(timeout: 600, description: "every stage has every message") { messages in
             ends.allSatisfy { end in messages.contains { $0.topic == end && Int($0.string) ?? 0 >= count } }
         }
         let seconds = (ContinuousClock.now - start).seconds
+        // The relays' retained frames go, so the product's run does not carry them.
+        for device in 0..<min(count, devices) {
+            while publisher.inFlight > 2_000 { await Task.yield() }
+            try publisher.publish(MQTTMessage(topic: "tracker/relay\(device)/live", payload: [], retain: true))
+        }
+        await publisher.drain(timeout: .seconds(60))
         await publisher.disconnect()
         await progress.close()
         for stage in stages { try await stage.retire(broker) }

@@ -8,7 +8,8 @@ import TestSupport
 /// than one draw of the noise. `SWEEP_DETAIL=<variant>` prints that
 /// variant's seeds; `SWEEP_DUMP=<seed>` also writes that seed as a recording
 /// for `tracker-bench trace`; `SWEEP_OPTIMISM=<k>` makes every fix's error k
-/// times what its accuracy reports.
+/// times what its accuracy reports; `SWEEP_ONLY=<text>` runs the variants
+/// whose name contains it.
 enum Sweep {
     static let variants: [NoiseVariant] = [false, true].flatMap { withSpeed -> [NoiseVariant] in
         let suffix = withSpeed ? "" : " no speed"
@@ -40,7 +41,8 @@ enum Sweep {
             guard let k = Double(text), k.isFinite, k > 0 else { throw TestSupportError("SWEEP_OPTIMISM: expected a positive number, got '\(text)'") }
             optimism = k
         }
-        for var variant in variants {
+        let only = environment["SWEEP_ONLY"]
+        for var variant in variants where only.map(variant.name.contains) ?? true {
             variant.optimism = optimism
             var scores: [FilterScore] = []
             for seed in (1...UInt64(seeds)).map({ $0 * 7919 }) {

@@ -200,14 +200,9 @@ enum Throughput {
     /// The service process's own CPU time per message it took (user + system,
     /// from /proc): what the service costs, apart from the broker's share.
     static func printCPU(_ service: ServiceHarness, messages: Int) {
-        guard let pid = service.process?.pid,
-              let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-              let close = stat.lastIndex(of: ")") else { return }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return }
-        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        guard let cpu = service.process?.cpu else { return }
         print(String(format: "  (CPU: %.1f µs per message, %.1f user + %.1f system)",
-                     (user + system) / ticks / Double(messages) * 1e6, user / ticks / Double(messages) * 1e6, system / ticks / Double(messages) * 1e6))
+                     (cpu.user + cpu.system) / Double(messages) * 1e6, cpu.user / Double(messages) * 1e6, cpu.system / Double(messages) * 1e6))
     }
 
     /// FilterCore alone on one core: judgments per second over the noisy drive.

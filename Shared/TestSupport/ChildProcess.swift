@@ -83,6 +83,20 @@ public final class ChildProcess: @unchecked Sendable {
         return (rss * 1024, hwm * 1024, anon * 1024)
     }
 
+    /// CPU time the process has used so far, in seconds: user and system
+    /// (from /proc/PID/stat).
+    public var cpu: (user: Double, system: Double)? { Self.cpu(of: pid) }
+
+    public static func cpu(of pid: pid_t) -> (user: Double, system: Double)? {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+              let close = stat.lastIndex(of: ")") else { return nil }
+        // After the command's closing parenthesis: state is field 0, utime 11, stime 12.
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        return (user / ticks, system / ticks)
+    }
+
     deinit {
         if lock.withLock({ status }) == nil {
             Glibc.kill(pid, SIGKILL)

@@ -14,6 +14,8 @@ public final class TestBroker: @unchecked Sendable {
     public let gatePort: Int32
     public let directory: URL
     private var process: ChildProcess
+    /// The broker's CPU time so far (user, system seconds).
+    public var cpu: (user: Double, system: Double)? { process.cpu }
     private let executable: String
     private let config: URL
 

@@ -124,8 +124,7 @@ extension MotionHandler {
             throw CommandError(.limitReached, "\(work.device) has \(index.count) fences, the most allowed "
                                + "(\(fleet ? "maxFleetGeofences" : "maxGeofencesPerDevice") = \(cap)); remove one first")
         }
-        try store.saveFence(fence, owner: work.device)
-        index.upsert(fence)
+        try saveFence(fence, in: index, owner: work.device)
         work.emit(.geofenceAdded(fence))
         if fence.radiusM < settings.minReliableRadiusM {
             work.emit(.diagnostic(code: "smallGeofence", message: String(format:

@@ -14,6 +14,10 @@ final class MotionHandler {
     let routeWatch: RouteWatch
     /// Fence indexes by owner, loaded from the store on first use.
     private var fenceIndexes: [DeviceID: FenceIndex] = [:]
+    /// The owners that have fences stored, read once: most of a fleet has
+    /// none, and its devices then cost no query each time they drop out of
+    /// `fenceIndexes` (with more devices than it holds, at every point).
+    private var fenceOwners: Set<DeviceID>?
     private var activeRoutes: [DeviceID: ActiveRoute] = [:]
     static let cachedOwners = 10_000
 
@@ -28,15 +32,24 @@ final class MotionHandler {
     /// A rolled-back batch may have changed fences or routes that were never stored.
     func forgetCaches() {
         fenceIndexes.removeAll()
+        fenceOwners = nil
         activeRoutes.removeAll()
     }
 
     func fences(_ owner: DeviceID) throws -> FenceIndex {
         if let index = fenceIndexes[owner] { return index }
         if fenceIndexes.count >= Self.cachedOwners { fenceIndexes.removeAll(keepingCapacity: true) }
-        let index = FenceIndex(try store.fences(owner), fleet: owner == .fleet)
+        if fenceOwners == nil { fenceOwners = try store.fenceOwners() }
+        let index = FenceIndex(fenceOwners?.contains(owner) == true ? try store.fences(owner) : [], fleet: owner == .fleet)
         fenceIndexes[owner] = index
         return index
+    }
+
+    /// A fence stored for `owner`, in the batch: its index (from `fences`) is cached and takes it.
+    func saveFence(_ fence: Geofence, in index: FenceIndex, owner: DeviceID) throws {
+        try store.saveFence(fence, owner: owner)
+        fenceOwners?.insert(owner)
+        index.upsert(fence)
     }
 
     func forgetRoute(_ device: DeviceID) { activeRoutes[device] = nil }

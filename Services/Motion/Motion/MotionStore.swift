@@ -56,6 +56,11 @@ final class MotionStore {
         }
     }
 
+    /// Every owner with at least one fence (the primary key's first column: no table scan).
+    func fenceOwners() throws -> Set<DeviceID> {
+        Set(try db.query("SELECT DISTINCT owner FROM fences") { DeviceID(allowingReserved: $0.string(0)) }.compactMap { $0 })
+    }
+
     func saveFence(_ fence: Geofence, owner: DeviceID) throws {
         try db.run("INSERT OR REPLACE INTO fences (owner, id, body) VALUES (?, ?, ?)",
                    .text(owner.rawValue), .text(fence.id), .json(JSONCoding.encode(fence)))
