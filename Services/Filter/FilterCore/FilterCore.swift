@@ -180,7 +180,7 @@ public struct FilterCore: Sendable {
                     let (nx, ny) = frame.toLocal(lat: next.latitude, lon: next.longitude)
                     here = Odometer.alongTheWay(here, after: last, before: (nx, ny, nextMs))
                 }
-                state.odometer.meters += Odometer.distance(from: last, to: here)
+                state.odometer.meters += Odometer.distance(from: last, to: here, reportIntervalMs: state.ordering.reportIntervalMs)
             }
             state.odometer.lastPoint = here
         }
