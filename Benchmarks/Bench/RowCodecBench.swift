@@ -39,17 +39,32 @@ enum RowCodecBench {
         let stored = Data(row.stored)
         try measure("decode FilterRow.restored") { _ = try FilterRow.restored(from: stored, using: JSONCoding.decoder); return stored.count }
 
-        // What a decoded row takes in memory, against what the device cache
-        // budgets for it (deviceStateCost): resident memory before and after holding
-        // 10,000 decoded copies, so page rounding and malloc's slack count too.
+        try inMemory(stored, "munich-drive, no Doppler")
+        // A device with Doppler publishes at once: no smoothing lag in its row.
+        var doppler = FilterRow()
+        for (i, fix) in try Fixtures.fixes("mtv-drive-truth.jsonl").dropFirst(700).prefix(300).enumerated() {
+            let raw = RawFix(device: DeviceID("d")!, seq: Int64(i + 1), sessionID: "s", timeMs: fix.timeMs, receivedMs: fix.timeMs,
+                             source: .device, latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc, speedMps: fix.speed, courseDeg: fix.course)
+            _ = core.handle(raw, row: &doppler, rejectionEvents: .all)
+        }
+        try inMemory(Data(doppler.stored), "mtv-drive with Doppler")
+        try inMemory(Data(FilterRow().stored), "a device never judged")
+    }
+
+    /// What a decoded row takes in memory, against what the device cache
+    /// budgets for it (deviceStateCost): resident memory before and after holding
+    /// 10,000 decoded copies, so page rounding and malloc's slack count too.
+    static func inMemory(_ stored: Data, _ name: String) throws {
         let copies = 10_000
         var kept: [FilterRow] = []
         kept.reserveCapacity(copies)
+        // Heap an earlier measurement freed would be reused unseen.
+        Heap.trim()
         let before = ChildProcess.memory(of: getpid())?.resident ?? 0
         for _ in 0..<copies { kept.append(try FilterRow.restored(from: stored, using: JSONCoding.decoder).row) }
         let perRow = Double((ChildProcess.memory(of: getpid())?.resident ?? 0) - before) / Double(copies)
         let budgeted = deviceStateCost(FilterRow.self, storedBytes: stored.count)
-        print(String(format: "  in memory: %.0f bytes a row decoded (%d copies held); the cache budgets %d (%.2f of it)",
-                     perRow, kept.count, budgeted, Double(budgeted) / perRow))
+        print(String(format: "  in memory (%@, %d bytes stored): %.0f bytes a row decoded (%d copies held); the cache budgets %d (%.2f of it)",
+                     name as NSString, stored.count, perRow, kept.count, budgeted, Double(budgeted) / perRow))
     }
 }

@@ -28,7 +28,7 @@ struct HeapTrimSchedule {
     }
 }
 
-enum Heap {
+public enum Heap {
     /// Returns the free pages of every malloc arena to the system.
-    static func trim() { _ = malloc_trim(0) }
+    public static func trim() { _ = malloc_trim(0) }
 }
