@@ -160,7 +160,13 @@ enum ConstellationBench {
                 }
             }
             await client.drain(timeout: .seconds(600))
-            try await constellation.waitJudged(before + Int64(warmup * devices), timeout: 600)
+            let judged = try await constellation.waitJudged(before + Int64(warmup * devices), timeout: 600)
+            // And downstream has caught up, so the clock starts on an idle constellation.
+            let accepted = judged.counters?["accepted"] ?? 0
+            try await constellation.waitHealth("track", timeout: 600, description: "the warm-up's points stored") { $0.processed >= accepted }
+            try await constellation.waitHealth("uploader", timeout: 600, description: "the warm-up's points delivered") {
+                $0.processed >= accepted && $0.queueDepth == 0
+            }
         }
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
         let latencies = Mutex<[Double]>([])
