@@ -29,9 +29,9 @@ public enum Odometer {
     /// reports sparsely: between its points up to `sparseTrustedUpToMs`
     /// apart (one to three fixes missed every 15 s), speeds that make the
     /// way longer than twice the chord are a bend or a turn it drove, not
-    /// noise, and the curve counts (up to `longestCurve`). Every 15 s with
-    /// Doppler the odometer was −5.4 % over the sweep's forty seeds, −3.0 %
-    /// so. A second apart, rejected fixes in between still came in, so the
+    /// noise, and the curve counts (up to `longestCurve`). A phone every 15 s
+    /// with Doppler: the odometer was −5.4 % over the sweep's forty seeds,
+    /// −3.0 % so. A second apart, rejected fixes in between still came in, so the
     /// last interval stays short; a device dark for over a minute (a
     /// tunnel) counts the chord at any rate.
     static let sparseFromMs: Int64 = 7_500
