@@ -70,12 +70,8 @@ enum ConstellationBench {
         func settle(_ total: Int64, _ what: String) async throws
             -> (taken: Health, filtered: ContinuousClock.Instant, stored: ContinuousClock.Instant, delivered: ContinuousClock.Instant) {
             let taken = try await constellation.waitHealth("filter", timeout: 3_600, description: "the filter took \(what)") { $0.processed >= total }
-            let filtered = ContinuousClock.now, accepted = taken.counters?["accepted"] ?? 0
-            try await constellation.waitHealth("track", timeout: 3_600, description: "\(what): every point stored") { $0.processed >= accepted }
-            let stored = ContinuousClock.now
-            try await constellation.waitHealth("uploader", timeout: 3_600, description: "\(what): every point delivered") {
-                $0.processed >= accepted && $0.queueDepth == 0
-            }
+            let filtered = ContinuousClock.now
+            let stored = try await downstream(constellation, accepted: taken.counters?["accepted"] ?? 0, what, timeout: 3_600)
             return (taken, filtered, stored, ContinuousClock.now)
         }
         let warm = Int64(warmup * devices)
@@ -140,6 +136,17 @@ enum ConstellationBench {
         await client.disconnect()
     }
 
+    /// Waits until the track has stored and the uploader delivered the
+    /// filter's `accepted` points; returns when the track had them.
+    static func downstream(_ constellation: Constellation, accepted: Int64, _ what: String, timeout: Double) async throws -> ContinuousClock.Instant {
+        try await constellation.waitHealth("track", timeout: timeout, description: "\(what): every point stored") { $0.processed >= accepted }
+        let stored = ContinuousClock.now
+        try await constellation.waitHealth("uploader", timeout: timeout, description: "\(what): every point delivered") {
+            $0.processed >= accepted && $0.queueDepth == 0
+        }
+        return stored
+    }
+
     /// Fixes paced at `rate` a second over `devices` fresh devices; the time
     /// from each publish to its `location` event (a device's k-th fix gets seq k).
     /// With `warmup`, each device first sends that many fixes, unmeasured and
@@ -162,11 +169,7 @@ enum ConstellationBench {
             await client.drain(timeout: .seconds(600))
             let judged = try await constellation.waitJudged(before + Int64(warmup * devices), timeout: 600)
             // And downstream has caught up, so the clock starts on an idle constellation.
-            let accepted = judged.counters?["accepted"] ?? 0
-            try await constellation.waitHealth("track", timeout: 600, description: "the warm-up's points stored") { $0.processed >= accepted }
-            try await constellation.waitHealth("uploader", timeout: 600, description: "the warm-up's points delivered") {
-                $0.processed >= accepted && $0.queueDepth == 0
-            }
+            _ = try await downstream(constellation, accepted: judged.counters?["accepted"] ?? 0, "the warm-up", timeout: 600)
         }
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
         let latencies = Mutex<[Double]>([])

@@ -12,12 +12,7 @@ import TestSupport
 enum RowCodecBench {
     static func run() throws {
         let core = FilterCore(profile: .named(.balanced))
-        var row = FilterRow()
-        for (i, fix) in try Fixtures.fixes("munich-drive.jsonl").prefix(300).enumerated() {
-            let raw = RawFix(device: DeviceID("d")!, seq: Int64(i + 1), sessionID: "s", timeMs: Int64(fix.t * 1000), receivedMs: Int64(fix.t * 1000),
-                             source: .device, latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc, speedMps: fix.speed, courseDeg: fix.course)
-            _ = core.handle(raw, row: &row, rejectionEvents: .all)
-        }
+        let row = judged(try Fixtures.fixes("munich-drive.jsonl").prefix(300), core)
         let rounds = 2_000
         func measure(_ name: String, _ body: () throws -> Int) rethrows {
             var size = try body()
@@ -41,14 +36,19 @@ enum RowCodecBench {
 
         try inMemory(stored, "munich-drive, no Doppler")
         // A device with Doppler publishes at once: no smoothing lag in its row.
-        var doppler = FilterRow()
-        for (i, fix) in try Fixtures.fixes("mtv-drive-truth.jsonl").dropFirst(700).prefix(300).enumerated() {
+        try inMemory(Data(judged(try Fixtures.fixes("mtv-drive-truth.jsonl").dropFirst(700).prefix(300), core).stored), "mtv-drive with Doppler")
+        try inMemory(Data(FilterRow().stored), "a device never judged")
+    }
+
+    /// The row of a device whose fixes these were, as the service keeps it.
+    static func judged(_ fixes: some Sequence<DeviceFix>, _ core: FilterCore) -> FilterRow {
+        var row = FilterRow()
+        for (i, fix) in fixes.enumerated() {
             let raw = RawFix(device: DeviceID("d")!, seq: Int64(i + 1), sessionID: "s", timeMs: fix.timeMs, receivedMs: fix.timeMs,
                              source: .device, latitude: fix.lat, longitude: fix.lon, accuracyM: fix.acc, speedMps: fix.speed, courseDeg: fix.course)
-            _ = core.handle(raw, row: &doppler, rejectionEvents: .all)
+            _ = core.handle(raw, row: &row, rejectionEvents: .all)
         }
-        try inMemory(Data(doppler.stored), "mtv-drive with Doppler")
-        try inMemory(Data(FilterRow().stored), "a device never judged")
+        return row
     }
 
     /// What a decoded row takes in memory, against what the device cache

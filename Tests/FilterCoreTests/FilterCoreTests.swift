@@ -210,16 +210,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     /// the odometer was 2.4 % long over these twenty seeds (now 0.2 %), 3.1 %
     /// over the sweep's hundred.
     @Test func aPhonesWanderInSlowTrafficIsNotDistance() throws {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
-        let variant = NoiseVariant("phone", correlation: 0.9, jumpProbability: 0.01, withSpeed: false, jumpBurst: 3...8)
-        var odometers: [Double] = []
-        for seed in 1...20 as ClosedRange<UInt64> {
-            let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
-            let score = FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                          truthPath: truthPath, drivenLengthM: driven)
-            odometers.append(score.odometerError)
-        }
+        let odometers = try odometerErrors(NoiseVariant("phone", correlation: 0.9, jumpProbability: 0.01, withSpeed: false, jumpBurst: 3...8))
         let mean = odometers.reduce(0, +) / 20
         #expect(abs(mean) <= 0.015 && odometers.allSatisfy { abs($0) < 0.08 }, "odometer \(mean) \(odometers)")
     }
@@ -231,18 +222,20 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     /// twenty seeds (−5.4 % over the sweep's forty); its speeds are counted
     /// now (−3.1 %). A second apart nothing changes (the tests above).
     @Test func aSparsePhoneWithDopplerCountsTheWayItDrove() throws {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
-        let variant = NoiseVariant("phone 15 s", correlation: 0.9, jumpProbability: 0.01, every: 15, withSpeed: true, jumpBurst: 3...8)
-        var odometers: [Double] = []
-        for seed in 1...20 as ClosedRange<UInt64> {
-            let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
-            let score = FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                          truthPath: truthPath, drivenLengthM: driven)
-            odometers.append(score.odometerError)
-        }
+        let odometers = try odometerErrors(NoiseVariant("phone 15 s", correlation: 0.9, jumpProbability: 0.01, every: 15, withSpeed: true, jumpBurst: 3...8))
         let mean = odometers.reduce(0, +) / 20
         #expect(abs(mean) <= 0.04 && odometers.allSatisfy { abs($0) < 0.08 }, "odometer \(mean) \(odometers)")
+    }
+
+    /// The odometer's error against the way driven, over the sweep's first twenty seeds.
+    func odometerErrors(_ variant: NoiseVariant) throws -> [Double] {
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
+        return (1...20 as ClosedRange<UInt64>).map { seed in
+            let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
+            return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
+                                     truthPath: truthPath, drivenLengthM: driven).odometerError
+        }
     }
 
     /// Independent errors without Doppler: the smoother rounds turns, and the
