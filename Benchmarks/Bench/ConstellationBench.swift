@@ -20,6 +20,12 @@ import TestSupport
 ///   issue's million fixes).
 enum ConstellationBench {
     static func run(count: Int, devices fleet: Int? = nil) async throws {
+        // CONSTELLATION_WARMUP=K: a fleet already driving. Every device first
+        // sends K fixes, unmeasured, and the clock starts once every service
+        // has taken them, so the N measured fixes find every device known.
+        // CONSTELLATION_LATENCY=0: throughput alone. Both read before anything runs.
+        let warmup = try environmentNumber("CONSTELLATION_WARMUP") ?? 0
+        let measuresLatency = try environmentNumber("CONSTELLATION_LATENCY").map { $0 != 0 } ?? true
         let quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
         let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
         var ceilings: [Double] = []
@@ -45,10 +51,6 @@ enum ConstellationBench {
         // a device with few rounds starts where its drive is under way (fix 700),
         // or as late as its rounds still fit in the drive (with more rounds than
         // the drive has fixes, from the start, and it wraps back in time).
-        // CONSTELLATION_WARMUP=K: a fleet already driving. Every device first
-        // sends K fixes, unmeasured, and the clock starts once every service
-        // has taken them, so the N measured fixes find every device known.
-        let warmup = ProcessInfo.processInfo.environment["CONSTELLATION_WARMUP"].flatMap(Int.init) ?? 0
         let rounds = (count + devices - 1) / devices
         let underWay = max(0, min(700, 1_600 - rounds - warmup))
         func send(rounds range: Range<Int>, limit: Int) async throws {
@@ -113,8 +115,7 @@ enum ConstellationBench {
         print("CPU per fix over the measured run, user + system: " + cpuSpent.map {
             String(format: "%@ %.0f + %.0f µs", $0.0 as NSString, $0.1 / Double(count) * 1e6, $0.2 / Double(count) * 1e6)
         }.joined(separator: ", ") + String(format: " (%.0f µs in all)", cpuSpent.reduce(0) { $0 + $1.1 + $1.2 } / Double(count) * 1e6))
-        // CONSTELLATION_LATENCY=0: throughput alone. LATENCY_RATES=a,b,…: other rates besides these two.
-        let measuresLatency = ProcessInfo.processInfo.environment["CONSTELLATION_LATENCY"] != "0"
+        // LATENCY_RATES=a,b,…: other rates besides these two.
         let extra = (ProcessInfo.processInfo.environment["LATENCY_RATES"] ?? "").split(separator: ",").compactMap { Int($0) }
         for rate in [1_000, Int(throughput / 2)] + extra where measuresLatency {
             let (p50, p99, samples) = try await latency(constellation, rate: rate, seconds: 10, drives: drives, tag: "r\(rate)",

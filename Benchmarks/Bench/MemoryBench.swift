@@ -19,7 +19,7 @@ enum MemoryBench {
         if let budget = ProcessInfo.processInfo.environment["MEMORY_BUDGET"].flatMap(Int.init) { config["cacheBudgetMB"] = budget }
         if let sqlite = ProcessInfo.processInfo.environment["MEMORY_SQLITE"].flatMap(Int.init) { config["sqliteCacheMB"] = sqlite }
         // MEMORY_BACKLOG=N: the services' outputBacklogMax (messages waiting for the broker).
-        if let backlog = ProcessInfo.processInfo.environment["MEMORY_BACKLOG"].flatMap(Int.init) { config["outputBacklogMax"] = backlog }
+        if let backlog = try environmentNumber("MEMORY_BACKLOG", minimum: 1) { config["outputBacklogMax"] = backlog }
         let services = try await GatewayAndFilter.start(gateway: config, filter: config)
         defer { services.stop() }
         let publisher = try await TestClient.connect(port: services.broker.port)

@@ -42,6 +42,9 @@ enum Sweep {
             optimism = k
         }
         let only = environment["SWEEP_ONLY"]
+        if let only, !variants.contains(where: { $0.name.contains(only) }) {
+            throw TestSupportError("SWEEP_ONLY: no variant's name contains '\(only)'; they are: \(variants.map(\.name).joined(separator: ", "))")
+        }
         for var variant in variants where only.map(variant.name.contains) ?? true {
             variant.optimism = optimism
             var scores: [FilterScore] = []

@@ -17,6 +17,16 @@ func positiveArgument(_ index: Int, default fallback: Int) throws -> Int {
     return value
 }
 
+/// The whole number (at least `minimum`) an environment setting holds, nil
+/// when unset; anything else is refused by name instead of read as unset.
+func environmentNumber(_ name: String, minimum: Int = 0) throws -> Int? {
+    guard let text = ProcessInfo.processInfo.environment[name] else { return nil }
+    guard let value = Int(text), value >= minimum else {
+        throw TestSupportError("\(name): expected a whole number of at least \(minimum), got '\(text)'")
+    }
+    return value
+}
+
 /// How many messages a throughput bench sends (the first argument after the bench's name).
 var count: Int { get throws { try positiveArgument(1, default: 20_000) } }
 
