@@ -37,6 +37,26 @@ import Testing
         #expect(outbox.takeUnsaved().map(\.1) == [5])
     }
 
+    @Test func aWatermarkCarriedWithItsRowIsNotSavedAgainAndAQuietOneWaitsItsTurn() throws {
+        let outbox = outbox()
+        let a = DeviceID("a")!, b = DeviceID("b")!
+        try outbox.send(a, seq: 1, body: [1], on: bus)
+        try outbox.send(b, seq: 1, body: [1], on: bus)
+        bus.acknowledgeAll()
+        let movedMs = clock.nowMs()
+        #expect(outbox.carry(a) == 1)
+        #expect(outbox.carry(a) == nil, "carried once: nothing new to write")
+        #expect(outbox.takeUnsaved(movedByMs: movedMs - 1).isEmpty, "b moved after the cutoff: it waits")
+        clock.advance(by: .seconds(5))
+        #expect(outbox.takeUnsaved(movedByMs: movedMs).map(\.0) == [b], "a was carried; b's turn came")
+        // A carried watermark whose write failed is offered again.
+        try outbox.send(a, seq: 2, body: [1], on: bus)
+        bus.acknowledgeAll()
+        let carried = try #require(outbox.carry(a))
+        outbox.unsave([(a, carried)])
+        #expect(outbox.takeUnsaved().map(\.1) == [2])
+    }
+
     @Test func aFailedSaveKeepsTheDeviceFollowed() throws {
         let outbox = outbox()
         for d in 0..<100 { try outbox.send(DeviceID("d\(d)")!, seq: 1, body: [1], on: bus) }

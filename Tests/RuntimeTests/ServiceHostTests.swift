@@ -55,6 +55,7 @@ final class HostHarness {
     let counters = HealthCounters()
     let path: String
     let pauses = PauseLog()
+    let clock = ManualClock()
     /// The database the harness made when the test brought no path of its own.
     private let database: TemporaryDatabase?
     var host: ServiceHost<Tally>!
@@ -70,7 +71,8 @@ final class HostHarness {
 
     func make(capacity: Int, keep: Int) throws -> ServiceHost<Tally> {
         try ServiceHost(tallyService(keep: keep), databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
-                        counters: counters, cacheCapacity: capacity, cacheBudgetBytes: budgetBytes, pause: { [pauses] in pauses.record($0) }).runningParts()
+                        counters: counters, clock: clock, cacheCapacity: capacity, cacheBudgetBytes: budgetBytes,
+                        pause: { [pauses] in pauses.record($0) }).runningParts()
     }
 
     /// A fresh host on the same file, as after kill -9 (nothing closed, nothing saved).
@@ -205,8 +207,38 @@ final class PauseLog: @unchecked Sendable {
         h.host.tick(); #expect(h.host.commit())
         #expect(try h.host.logCountForTests("items", "a") == 300)
         h.bus.acknowledgeAll()
+        // The device fell quiet: its watermark is saved alone once it has waited unsaved that long, and the log trimmed below it.
+        h.clock.advance(by: .milliseconds(ServiceHost<Tally>.quietWatermarkMs))
         h.host.tick(); #expect(h.host.commit())
         #expect(try h.host.logCountForTests("items", "a") == 10)
+    }
+
+    @Test func aDevicesWatermarkIsSavedWithItsRowAndAQuietOnesByTheTickOnceItWaited() throws {
+        let h = try HostHarness()
+        func saved(_ device: String) throws -> Int64? { try h.host.store.entry(DeviceID(device)!)?.ackedThrough }
+        h.pass([h.item("a", 1, 1), h.item("b", 1, 1)])
+        h.bus.acknowledgeAll()
+        // A tick soon after writes neither watermark on its own: a device that keeps sending carries it with its row.
+        h.host.tick(); #expect(h.host.commit())
+        #expect(try saved("a") == 0 && saved("b") == 0)
+        h.pass([h.item("a", 2, 1)])
+        #expect(try saved("a") == 1, "written with a's row: what the broker had acknowledged at that commit")
+        #expect(try saved("b") == 0)
+        h.bus.acknowledgeAll()
+        // b fell quiet: the tick saves its watermark once it has waited unsaved quietWatermarkMs, and a's too.
+        h.clock.advance(by: .milliseconds(ServiceHost<Tally>.quietWatermarkMs - 1))
+        h.host.tick(); #expect(h.host.commit())
+        #expect(try saved("b") == 0)
+        h.clock.advance(by: .milliseconds(1))
+        h.host.tick(); #expect(h.host.commit())
+        #expect(try saved("a") == 2 && saved("b") == 1)
+        // A batch that fails leaves the watermark it carried unsaved, to be written again.
+        h.pass([h.item("a", 3, 1)])
+        h.bus.acknowledgeAll()
+        #expect(!h.pass([h.item("a", 4, 1), h.item("a", 5, 1, fail: "store")]))
+        #expect(try saved("a") == 2)
+        h.pass([h.item("a", 4, 1)])
+        #expect(try saved("a") == 3)
     }
 
     @Test func memoryIsBoundedByTheCacheAndEvictedDevicesLoadAgain() throws {

@@ -53,6 +53,27 @@ import Testing
         #expect(sessionEvents() == ["started", "stopped"])
     }
 
+    @Test func theIdleSweepReadsASliceOfTheFleetEachSecondAndEveryRowWithinItsInterval() throws {
+        // A 20-minute idle timeout: every row is looked at within 20 s, a twentieth of them a second.
+        let gateway = try host(idleTimeoutSec: 1_200)
+        let t = Double(clock.nowMs()) / 1000
+        for d in 0..<100 { gateway.receive(MQTTMessage(topic: "tracker/van\(d)/fixes", string: #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":5}"#)) }
+        #expect(gateway.commit())
+        func stopped() -> Int { sessionEvents().filter { $0 == "stopped" }.count }
+        clock.advance(by: .seconds(1_201))
+        var perTick: [Int] = []
+        for _ in 0..<20 {
+            let before = stopped()
+            gateway.tick(); #expect(gateway.commit())
+            perTick.append(stopped() - before)
+            clock.advance(by: .seconds(1))
+        }
+        #expect(stopped() == 100, "every idle session closed within the interval")
+        #expect(perTick.allSatisfy { $0 <= 5 }, "no tick read more than its slice: \(perTick)")
+        gateway.tick(); #expect(gateway.commit())
+        #expect(stopped() == 100)
+    }
+
     @Test func aDeviceKeepsItsNewestSessionsUpToSessionsPerDevice() throws {
         let gateway = try host(idleTimeoutSec: 60, settings: ["sessionsPerDevice": .number(10)])
         // Two minutes apart with a minute's idle timeout: every fix opens a session.

@@ -87,16 +87,17 @@ enum GatewayService {
                 })
             }
             let idleTimeoutMs = settings.sessionPolicy.idleTimeoutMs
+            let sweepSlices = Int(max(1, min(60, idleTimeoutMs / 60 / 1_000)))
             return Routes(
                 inputs: inputs,
                 commands: handler.commands,
                 outbox: OutboxRoute(log: store.ring) { $0.raw($1) },
                 retention: [LogRetention(store.ring, keepPerDevice: settings.ringCapacity, maxTotal: settings.ringTotalCapacity)],
-                // At most a sixtieth of the idle timeout late (30 s of 30 min): one store query
-                // per interval instead of one every second.
-                sweep: SweepRoute(every: .milliseconds(max(1_000, min(60_000, idleTimeoutMs / 60))),
-                                  candidates: { nowMs in try store.devices(whoseRow: { handler.core.rules.isIdle($0.sessions, nowMs: nowMs) }) },
-                                  apply: handler.sweep),
+                // Every row is looked at within a sixtieth of the idle timeout (30 s of 30 min, at
+                // most a minute): a slice of the rows every second, not all of them at once.
+                sweep: SweepRoute(every: .seconds(1), candidates: { nowMs in
+                    try store.devices(inNextSliceOf: sweepSlices) { handler.core.rules.isIdle($0.sessions, nowMs: nowMs) }
+                }, apply: handler.sweep),
                 answersUnknownCommands: true)
         }
     }

@@ -45,8 +45,9 @@ public final class HostStore {
         self.db = db
         load = try db.prepare("SELECT row, inputs, ackedThrough FROM host_devices WHERE device = ?")
         save = try db.prepare("""
-            INSERT INTO host_devices (device, row, inputs) VALUES (?, ?, ?)
-            ON CONFLICT(device) DO UPDATE SET row = excluded.row, inputs = excluded.inputs
+            INSERT INTO host_devices (device, row, inputs, ackedThrough) VALUES (?, ?, ?, ?)
+            ON CONFLICT(device) DO UPDATE SET row = excluded.row, inputs = excluded.inputs,
+                ackedThrough = max(ackedThrough, excluded.ackedThrough)
             """)
     }
 
@@ -66,8 +67,9 @@ public final class HostStore {
 
     /// A row in JSON is stored as text (SQL's json functions read it), one in
     /// a binary form as a blob; the input watermarks are binary (`StoredInputs`).
-    func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8]) throws {
-        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs))
+    /// `ackedThrough`, when given, moves the outbox watermark on in the same write.
+    func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8], ackedThrough: Int64? = nil) throws {
+        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs), .integer(ackedThrough ?? 0))
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {

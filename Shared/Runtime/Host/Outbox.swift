@@ -47,8 +47,8 @@ public final class Outbox: Sendable {
     /// was a twelfth of the gateway's time.
     struct Followed {
         var progress: [DeviceID: Progress] = [:]
-        /// Watermarks that moved past what was saved.
-        var unsaved: Set<DeviceID> = []
+        /// Watermarks that moved past what was saved, and since when (ms).
+        var unsaved: [DeviceID: Int64] = [:]
         /// Saved (or restored) since the last `forgetSettled`: the devices that may have settled.
         var settling: Set<DeviceID> = []
     }
@@ -115,7 +115,9 @@ public final class Outbox: Sendable {
             guard followed.progress[device] != nil else { return }
             followed.progress[device]!.pending.remove(seq)
             followed.progress[device]!.advance()
-            if followed.progress[device]!.ackedThrough > followed.progress[device]!.saved { followed.unsaved.insert(device) }
+            if followed.progress[device]!.ackedThrough > followed.progress[device]!.saved, followed.unsaved[device] == nil {
+                followed.unsaved[device] = clock.nowMs()
+            }
         }
     }
 
@@ -152,27 +154,45 @@ public final class Outbox: Sendable {
     /// Messages published and not yet acknowledged by the broker.
     public var pendingCount: Int { state.withLock { $0.progress.values.reduce(0) { $0 + $1.pending.count } } }
 
-    /// Watermarks that moved since they were last saved; marks them saved.
-    func takeUnsaved() -> [(DeviceID, Int64)] {
+    /// Watermarks that moved since they were last saved, and have waited
+    /// unsaved since `movedByMs` or before (all of them by default); marks
+    /// them saved. A device that keeps sending has its watermark carried by
+    /// its row's write instead (`carry`), so the periodic save finds only the
+    /// devices that fell quiet, not every device that spoke since the last one.
+    func takeUnsaved(movedByMs cutoff: Int64 = .max) -> [(DeviceID, Int64)] {
         state.withLock { followed in
             var moved: [(DeviceID, Int64)] = []
-            for device in followed.unsaved {
+            for (device, since) in followed.unsaved where since <= cutoff {
+                followed.unsaved[device] = nil
                 guard let p = followed.progress[device], p.ackedThrough > p.saved else { continue }
                 moved.append((device, p.ackedThrough))
                 followed.progress[device]!.saved = p.ackedThrough
                 followed.settling.insert(device)
             }
-            followed.unsaved.removeAll(keepingCapacity: true)
             return moved
         }
     }
 
-    /// Undoes `takeUnsaved` when the write failed, so the next save retries.
+    /// The device's watermark when it moved past what was saved, marked
+    /// saved: the commit writes it in the device's row, on the page that
+    /// commit writes anyway. `unsave` it if that commit fails.
+    func carry(_ device: DeviceID) -> Int64? {
+        state.withLock { followed in
+            guard let p = followed.progress[device], p.ackedThrough > p.saved else { return nil }
+            followed.unsaved[device] = nil
+            followed.progress[device]!.saved = p.ackedThrough
+            followed.settling.insert(device)
+            return p.ackedThrough
+        }
+    }
+
+    /// Undoes `takeUnsaved` or `carry` when the write failed, so the next save retries.
     func unsave(_ watermarks: [(DeviceID, Int64)]) {
+        let now = clock.nowMs()
         state.withLock { followed in
             for (device, _) in watermarks where followed.progress[device] != nil {
                 followed.progress[device]!.saved = 0
-                followed.unsaved.insert(device)
+                if followed.unsaved[device] == nil { followed.unsaved[device] = now }
             }
         }
     }

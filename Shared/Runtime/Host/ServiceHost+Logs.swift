@@ -5,10 +5,11 @@ import Store
 
 /// Keeping the logs to their bounds (network thread, within the batch).
 extension ServiceHost {
-    /// Saves the outbox watermarks that moved and trims the outbox log below them.
-    func saveWatermarks() throws {
+    /// Saves the outbox watermarks that moved and have waited unsaved since
+    /// `cutoff` (all by default), and trims the outbox log below them.
+    func saveWatermarks(movedByMs cutoff: Int64 = .max) throws {
         guard let outbox, let route = routes.outbox else { return }
-        let moved = outbox.takeUnsaved()
+        let moved = outbox.takeUnsaved(movedByMs: cutoff)
         do {
             let outboxRetention = retention[ObjectIdentifier(route.log)]
             let keep = Int64(outboxRetention?.keep ?? 0)
