@@ -57,6 +57,16 @@ import Testing
         #expect(outbox.takeUnsaved().map(\.1) == [2])
     }
 
+    @Test func aFleetFallingQuietAtOnceIsSavedAFewAtATime() throws {
+        let outbox = outbox()
+        for d in 0..<250 { try outbox.send(DeviceID("d\(d)")!, seq: 1, body: [1], on: bus) }
+        bus.acknowledgeAll()
+        #expect(outbox.takeUnsaved(limit: 100).count == 100)
+        #expect(outbox.takeUnsaved(limit: 100).count == 100)
+        #expect(outbox.takeUnsaved(limit: 100).count == 50)
+        #expect(outbox.takeUnsaved().isEmpty, "each saved once")
+    }
+
     @Test func aFailedSaveKeepsTheDeviceFollowed() throws {
         let outbox = outbox()
         for d in 0..<100 { try outbox.send(DeviceID("d\(d)")!, seq: 1, body: [1], on: bus) }

@@ -155,14 +155,17 @@ public final class Outbox: Sendable {
     public var pendingCount: Int { state.withLock { $0.progress.values.reduce(0) { $0 + $1.pending.count } } }
 
     /// Watermarks that moved since they were last saved, and have waited
-    /// unsaved since `movedByMs` or before (all of them by default); marks
-    /// them saved. A device that keeps sending has its watermark carried by
-    /// its row's write instead (`carry`), so the periodic save finds only the
-    /// devices that fell quiet, not every device that spoke since the last one.
-    func takeUnsaved(movedByMs cutoff: Int64 = .max) -> [(DeviceID, Int64)] {
+    /// unsaved since `movedByMs` or before (all of them by default), at most
+    /// `limit`; marks them saved. A device that keeps sending has its
+    /// watermark carried by its row's write instead (`carry`), so the
+    /// periodic save finds only the devices that fell quiet, not every device
+    /// that spoke since the last one; a fleet falling quiet at once is saved
+    /// `limit` at a time, the rest at the next save.
+    func takeUnsaved(movedByMs cutoff: Int64 = .max, limit: Int = .max) -> [(DeviceID, Int64)] {
         state.withLock { followed in
             var moved: [(DeviceID, Int64)] = []
             for (device, since) in followed.unsaved where since <= cutoff {
+                if moved.count == limit { break }
                 followed.unsaved[device] = nil
                 guard let p = followed.progress[device], p.ackedThrough > p.saved else { continue }
                 moved.append((device, p.ackedThrough))

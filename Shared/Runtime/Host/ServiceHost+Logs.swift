@@ -6,10 +6,11 @@ import Store
 /// Keeping the logs to their bounds (network thread, within the batch).
 extension ServiceHost {
     /// Saves the outbox watermarks that moved and have waited unsaved since
-    /// `cutoff` (all by default), and trims the outbox log below them.
-    func saveWatermarks(movedByMs cutoff: Int64 = .max) throws {
+    /// `cutoff`, at most `limit` of them (all by default), and trims the
+    /// outbox log below them.
+    func saveWatermarks(movedByMs cutoff: Int64 = .max, limit: Int = .max) throws {
         guard let outbox, let route = routes.outbox else { return }
-        let moved = outbox.takeUnsaved(movedByMs: cutoff)
+        let moved = outbox.takeUnsaved(movedByMs: cutoff, limit: limit)
         do {
             let outboxRetention = retention[ObjectIdentifier(route.log)]
             let keep = Int64(outboxRetention?.keep ?? 0)

@@ -416,7 +416,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         checkThread()
         openBatchIfNeeded()
         do {
-            try saveWatermarks(movedByMs: clock.nowMs() - Self.quietWatermarkMs)
+            try saveWatermarks(movedByMs: clock.nowMs() - Self.quietWatermarkMs, limit: Self.watermarksPerTick)
             try holdLogsToTheirTotals()
             if !tipTopics.isEmpty { repairsDue() }
             let nowMs = clock.nowMs()
@@ -471,6 +471,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// so the tick writes only the devices that fell quiet. Saved late, it
     /// costs at most a republished message after a crash (consumers skip it).
     static var quietWatermarkMs: Int64 { 5_000 }
+    /// Watermarks one tick writes at most (about 20 µs each): a fleet that
+    /// fell quiet at once is saved over a few ticks, not in one stall.
+    static var watermarksPerTick: Int { 200 }
 
     /// The pause before a failed batch comes back: doubling from 50 ms, at most 5 s.
     static func backoff(afterFailures n: Int) -> Duration {
