@@ -146,7 +146,7 @@ final class GatewayStore {
             .compactMap { $0 }
     }
 
-    /// Devices whose stored row matches, read from the next `1/slices` of the
+    /// Devices whose stored row matches, read from the next `1/slices` (slices ≥ 1) of the
     /// rows (one per device, by rowid, wrapping round): each row is read once
     /// every `slices` calls. Reading every row in one call stalled the network
     /// thread for 15–25 ms with 10,000 devices, and ten times that with
@@ -155,7 +155,8 @@ final class GatewayStore {
     func devices(inNextSliceOf slices: Int, whoseRow matches: (GatewayRow) -> Bool) throws -> [DeviceID] {
         guard let maxID = try db.first("SELECT max(id) FROM host_devices", map: { $0.optionalInt64(0) }) ?? nil else { return [] }
         if sweepCursor >= maxID { sweepCursor = 0 }
-        let from = sweepCursor, through = min(maxID, from + max(1, (maxID + Int64(slices) - 1) / Int64(max(1, slices))))
+        let width = (maxID + Int64(slices) - 1) / Int64(slices)
+        let from = sweepCursor, through = min(maxID, from + width)
         sweepCursor = through
         return try db.query("SELECT device, row FROM host_devices WHERE id > ? AND id <= ?", [.integer(from), .integer(through)]) {
             ($0.string(0), $0.data(1))

@@ -67,9 +67,9 @@ public final class HostStore {
 
     /// A row in JSON is stored as text (SQL's json functions read it), one in
     /// a binary form as a blob; the input watermarks are binary (`StoredInputs`).
-    /// `ackedThrough`, when given, moves the outbox watermark on in the same write.
-    func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8], ackedThrough: Int64? = nil) throws {
-        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs), .integer(ackedThrough ?? 0))
+    /// `ackedThrough` moves the outbox watermark on in the same write (never back).
+    func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8], ackedThrough: Int64 = 0) throws {
+        try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs), .integer(ackedThrough))
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {

@@ -51,6 +51,15 @@ public final class Outbox: Sendable {
         var unsaved: [DeviceID: Int64] = [:]
         /// Saved (or restored) since the last `forgetSettled`: the devices that may have settled.
         var settling: Set<DeviceID> = []
+
+        /// The device's watermark if it moved past what was saved, now marked saved.
+        mutating func markSaved(_ device: DeviceID) -> Int64? {
+            unsaved[device] = nil
+            guard let p = progress[device], p.ackedThrough > p.saved else { return nil }
+            progress[device]!.saved = p.ackedThrough
+            settling.insert(device)
+            return p.ackedThrough
+        }
     }
 
     /// The last `capacity` sends, oldest overwritten first.
@@ -163,16 +172,9 @@ public final class Outbox: Sendable {
     /// `limit` at a time, the rest at the next save.
     func takeUnsaved(movedByMs cutoff: Int64 = .max, limit: Int = .max) -> [(DeviceID, Int64)] {
         state.withLock { followed in
-            var moved: [(DeviceID, Int64)] = []
-            for (device, since) in followed.unsaved where since <= cutoff {
-                if moved.count == limit { break }
-                followed.unsaved[device] = nil
-                guard let p = followed.progress[device], p.ackedThrough > p.saved else { continue }
-                moved.append((device, p.ackedThrough))
-                followed.progress[device]!.saved = p.ackedThrough
-                followed.settling.insert(device)
-            }
-            return moved
+            // The due ones first: removing entries while iterating the dictionary would copy it whole.
+            let due = Array(followed.unsaved.lazy.filter { $0.value <= cutoff }.prefix(limit).map(\.key))
+            return due.compactMap { device in followed.markSaved(device).map { (device, $0) } }
         }
     }
 
@@ -180,13 +182,7 @@ public final class Outbox: Sendable {
     /// saved: the commit writes it in the device's row, on the page that
     /// commit writes anyway. `unsave` it if that commit fails.
     func carry(_ device: DeviceID) -> Int64? {
-        state.withLock { followed in
-            guard let p = followed.progress[device], p.ackedThrough > p.saved else { return nil }
-            followed.unsaved[device] = nil
-            followed.progress[device]!.saved = p.ackedThrough
-            followed.settling.insert(device)
-            return p.ackedThrough
-        }
+        state.withLock { $0.markSaved(device) }
     }
 
     /// Undoes `takeUnsaved` or `carry` when the write failed, so the next save retries.

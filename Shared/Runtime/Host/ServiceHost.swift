@@ -331,7 +331,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                     let row = rows.encode(entry.row), inputs = StoredInputs(entry.inputs).stored
                     let acked = outbox?.carry(device)
                     if let acked { carried.append((device, acked)) }
-                    try store.save(device, row: row, binary: rows.binary, inputs: inputs, ackedThrough: acked)
+                    try store.save(device, row: row, binary: rows.binary, inputs: inputs, ackedThrough: acked ?? 0)
                     cache.written(device, storedBytes: row.count + inputs.count)
                 }
                 try db.commitBatch()
@@ -416,10 +416,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         checkThread()
         openBatchIfNeeded()
         do {
-            try saveWatermarks(movedByMs: clock.nowMs() - Self.quietWatermarkMs, limit: Self.watermarksPerTick)
+            let nowMs = clock.nowMs()
+            try saveWatermarks(movedByMs: nowMs - Self.quietWatermarkMs, limit: Self.watermarksPerTick)
             try holdLogsToTheirTotals()
             if !tipTopics.isEmpty { repairsDue() }
-            let nowMs = clock.nowMs()
             if let sweep = routes.sweep, lastSweepMs.map({ nowMs - $0 >= sweep.every.milliseconds }) ?? true {
                 lastSweepMs = nowMs
                 for device in try sweep.candidates(nowMs) {
