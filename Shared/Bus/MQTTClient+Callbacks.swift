@@ -66,9 +66,16 @@ extension MQTTClient {
     }
 
     func handleDisconnect(rc: Int32) {
-        let (wasConnected, closing, pending) = state.withLock { s in
+        let (wasConnected, closing, pending, onTakenOver) = state.withLock { s in
             defer { s.connected = false; s.resendsQueued = false }
-            return (s.connected, s.closing, s.acks.count + s.backlog.count)
+            return (s.connected, s.closing, s.acks.count + s.backlog.count, s.onTakenOver)
+        }
+        // Another connection took the session (MQTT 5 reason 0x8E): it is
+        // the owner now. Reconnecting would take it back, so the loop ends.
+        if rc == Self.sessionTakenOver, !closing {
+            loop.endWithoutReconnecting()
+            logger?.warning("another connection took over this session; not reconnecting", ["client": options.clientID])
+            onTakenOver?()
         }
         if wasConnected, !closing {
             logger?.warning("connection to broker lost; reconnecting",

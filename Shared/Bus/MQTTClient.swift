@@ -50,6 +50,7 @@ public final class MQTTClient: @unchecked Sendable {
         var resubscribing: Set<Int32> = []
         var handler: Handler?
         var onConnect: (@Sendable (_ reconnect: Bool) -> Void)?
+        var onTakenOver: (@Sendable () -> Void)?
         var requests: [[UInt8]: CheckedContinuation<MQTTMessage, any Error>] = [:]
         var connectCount = 0
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
@@ -124,6 +125,15 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// Called on the network thread after every successful (re)connect,
     /// before any message of that connection is handled.
+    /// MQTT 5's reason code for a session another connection took over.
+    static let sessionTakenOver: Int32 = 0x8E
+
+    /// Called (on the network thread) when another connection with this
+    /// client id took the session over; the client then stays disconnected.
+    public func setOnTakenOver(_ hook: @escaping @Sendable () -> Void) {
+        state.withLock { $0.onTakenOver = hook }
+    }
+
     public func setOnConnect(_ hook: @escaping @Sendable (_ reconnect: Bool) -> Void) {
         state.withLock { $0.onConnect = hook }
     }

@@ -159,6 +159,11 @@ final class NetworkLoop: @unchecked Sendable {
         if pthread_equal(thread, pthread_self()) != 0 { pthread_detach(thread) } else { pthread_join(thread, nil) }
     }
 
+    /// Ends the loop once the socket is closed, without reconnecting: for a
+    /// session another connection took over, which must not be taken back.
+    /// Callable on the loop's own thread.
+    func endWithoutReconnecting() { requestStop() }
+
     private func requestStop() {
         stopping.withLock { $0 = $0 ?? .now() + Self.flushLimit }
         wake()

@@ -26,6 +26,13 @@ public struct Health: Codable, Sendable, Equatable {
     /// The newest seq this producer sent per recently active device, by
     /// stream: a consumer behind it asks for the rest (a lost tail is a gap too).
     public var streams: [String: StreamTips]?
+    /// In a partitioned service: the partitions this instance owns now.
+    public var partitions: [Int]?
+    /// In a partitioned service: the partition count (`partitions`) it runs with.
+    public var partitionCount: Int?
+    /// In a partitioned service: true while this instance runs the service's
+    /// ingress (what comes on the contract's topics, forwarded to partitions).
+    public var ingress: Bool?
 
     public init(service: String, status: Status, version: String, startedMs: Int64, timeMs: Int64,
                 processed: Int64 = 0, errors: Int64 = 0, lagMs: Int64 = 0, queueDepth: Int64 = 0,

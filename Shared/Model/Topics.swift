@@ -22,20 +22,30 @@ public struct Topics: Sendable, Equatable {
     /// The first level of OwnTracks topics (`owntracks/{user}/{device}` by the
     /// apps' default); two deployments on one broker give each its own.
     public let ownTracksPrefix: String
+    /// Set in a partitioned service: the internal streams and the commands
+    /// one service sends another go under the device's partition
+    /// (`{prefix}/_p/{k}/{d}/raw`), where only that partition's owner reads.
+    public internal(set) var partitioning: Partitioning?
 
     public init(prefix: String = "tracker", ownTracksPrefix: String = "owntracks") {
         self.prefix = prefix
         self.ownTracksPrefix = ownTracksPrefix
     }
 
+    /// `{prefix}/{d}/{leaf}`, or under the device's partition.
+    private func internalTopic(_ d: DeviceID, _ leaf: String) -> String {
+        guard let partitioning else { return "\(prefix)/\(d)/\(leaf)" }
+        return "\(partitionRoot(partitioning.partition(of: d)))\(d)/\(leaf)"
+    }
+
     public func fixes(_ d: DeviceID) -> String { "\(prefix)/\(d)/fixes" }
-    public func raw(_ d: DeviceID) -> String { "\(prefix)/\(d)/raw" }
-    public func points(_ d: DeviceID) -> String { "\(prefix)/\(d)/points" }
-    public func motion(_ d: DeviceID) -> String { "\(prefix)/\(d)/motion" }
+    public func raw(_ d: DeviceID) -> String { internalTopic(d, "raw") }
+    public func points(_ d: DeviceID) -> String { internalTopic(d, "points") }
+    public func motion(_ d: DeviceID) -> String { internalTopic(d, "motion") }
     public func events(_ d: DeviceID) -> String { "\(prefix)/\(d)/events" }
     public func live(_ d: DeviceID) -> String { "\(prefix)/\(d)/live" }
     public func activity(_ d: DeviceID) -> String { "\(prefix)/\(d)/activity" }
-    public func command(_ d: DeviceID, _ name: String) -> String { "\(prefix)/\(d)/cmd/\(name)" }
+    public func command(_ d: DeviceID, _ name: String) -> String { internalTopic(d, "cmd/\(name)") }
     public func reply(_ d: DeviceID, _ name: String) -> String { "\(prefix)/\(d)/reply/\(name)" }
     public func health(_ service: String) -> String { "\(prefix)/_health/\(service)" }
 
@@ -56,6 +66,7 @@ public struct Topics: Sendable, Equatable {
     public var allPoints: String { "\(prefix)/+/points" }
     public var allMotion: String { "\(prefix)/+/motion" }
     public var allEvents: String { "\(prefix)/+/events" }
+    public var allActivity: String { "\(prefix)/+/activity" }
     public var allHealth: String { "\(prefix)/_health/+" }
     public func allCommands(named name: String) -> String { "\(prefix)/+/cmd/\(name)" }
     public var anyCommand: String { "\(prefix)/+/cmd/+" }

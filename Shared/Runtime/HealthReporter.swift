@@ -24,22 +24,33 @@ public final class HealthCounters: Sendable {
         var streams: [String: StreamTips]?
     }
 
-    public init() {}
+    /// Where every count also goes: a partition's counters count for its instance too.
+    private let parent: HealthCounters?
 
-    public func processed(_ n: Int64 = 1) { state.withLock { $0.processed += n } }
-    public func error(_ n: Int64 = 1) { state.withLock { $0.errors += n } }
-    public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) } }
-    public func fixAge(_ ms: Int64) { state.withLock { $0.fixAgeMs = max(0, ms) } }
+    public init(forwardingTo parent: HealthCounters? = nil) { self.parent = parent }
+
+    public func processed(_ n: Int64 = 1) { state.withLock { $0.processed += n }; parent?.processed(n) }
+    public func error(_ n: Int64 = 1) { state.withLock { $0.errors += n }; parent?.error(n) }
+    public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) }; parent?.lag(ms) }
+    public func fixAge(_ ms: Int64) { state.withLock { $0.fixAgeMs = max(0, ms) }; parent?.fixAge(ms) }
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
     /// Reads the queue depth whenever health is published, instead of a set value.
     public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0.read = source } }
     /// Reads a producer's stream tips whenever health is published.
     public func streams(_ source: @escaping @Sendable () -> [String: StreamTips]) { streamsSource.withLock { $0.read = source } }
-    public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n } }
+    public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n }; parent?.count(name, n) }
     /// A figure that is set, not summed (the uploader's oldest queued point's age).
-    public func set(_ name: String, _ value: Int64?) { state.withLock { $0.extra[name] = value } }
+    public func set(_ name: String, _ value: Int64?) { state.withLock { $0.extra[name] = value }; parent?.set(name, value) }
     /// Sets (or, with nil, clears) the note health carries.
-    public func note(_ text: String?) { state.withLock { $0.note = text } }
+    public func note(_ text: String?) { state.withLock { $0.note = text }; parent?.note(text) }
+
+    /// The queue depth as health would say it now.
+    public var currentQueueDepth: Int64 {
+        queueDepthSource.withLock({ $0.read })?() ?? state.withLock { $0.queueDepth }
+    }
+
+    /// The stream tips as health would say them now.
+    public var currentStreams: [String: StreamTips]? { streamsSource.withLock({ $0.read })?() }
 
     /// The messages taken so far, without reading the queue depth or the stream tips as `snapshot` does.
     var processedCount: Int64 { state.withLock { $0.processed } }
@@ -63,11 +74,21 @@ public struct HealthReporter: Sendable {
     public let startedMs: Int64
     let clock: any WallClock
 
+    /// In a partitioned service: the partitions owned now (the ingress as
+    /// partition `partitionCount`), and how many there are.
+    let partitions: (@Sendable () -> [Int])?
+    let partitionCount: Int?
+
+    /// `topic`: where it is published, `tracker/_health/{service}` unless
+    /// given (each instance of a partitioned service has its own).
     public init(service: String, instance: String, topics: Topics, interval: Duration,
-                counters: HealthCounters, clock: any WallClock = SystemWallClock()) {
+                counters: HealthCounters, clock: any WallClock = SystemWallClock(), topic: String? = nil,
+                partitionCount: Int? = nil, partitions: (@Sendable () -> [Int])? = nil) {
         self.service = service
         self.instance = instance
-        self.topic = topics.health(service)
+        self.topic = topic ?? topics.health(service)
+        self.partitions = partitions
+        self.partitionCount = partitionCount
         self.interval = interval
         self.counters = counters
         self.clock = clock
@@ -76,12 +97,18 @@ public struct HealthReporter: Sendable {
 
     public func health(_ status: Health.Status) -> Health {
         let values = counters.snapshot()
-        return Health(service: service, status: status, version: TrackerVersion.current, startedMs: startedMs,
+        var health = Health(service: service, status: status, version: TrackerVersion.current, startedMs: startedMs,
                       timeMs: clock.nowMs(), processed: values.processed, errors: values.errors,
                       lagMs: values.lagMs, queueDepth: values.queueDepth,
                       intervalMs: interval.milliseconds,
                       instance: instance, counters: values.extra.isEmpty ? nil : values.extra, note: values.note,
                       streams: values.streams, fixAgeMs: values.fixAgeMs)
+        if let partitionCount, let running = partitions?() {
+            health.partitionCount = partitionCount
+            health.partitions = running.filter { $0 < partitionCount }
+            health.ingress = running.contains(partitionCount)
+        }
+        return health
     }
 
     public func message(_ status: Health.Status) -> MQTTMessage {
@@ -99,18 +126,25 @@ public final class HealthPart: LongRunning {
     let reporter: HealthReporter
     let client: MQTTClient
     let ready: @Sendable () -> Bool
+    /// Published with each health (a partitioned service's tips, per partition).
+    let alongside: @Sendable () -> [MQTTMessage]
     let logger: Logger
     private let stopping = StopRequest()
 
-    public init(_ reporter: HealthReporter, on client: MQTTClient, logger: Logger, ready: @escaping @Sendable () -> Bool) {
-        self.reporter = reporter; self.client = client; self.logger = logger; self.ready = ready
+    public init(_ reporter: HealthReporter, on client: MQTTClient, logger: Logger, ready: @escaping @Sendable () -> Bool,
+                alongside: @escaping @Sendable () -> [MQTTMessage] = { [] }) {
+        self.reporter = reporter; self.client = client; self.logger = logger; self.ready = ready; self.alongside = alongside
     }
 
     public func run() async {
         var failures = 0
         while !stopping.isRequested {
             if ready() {
-                do { try client.publish(reporter.message(.online)); failures = 0 } catch {
+                do {
+                    try client.publish(reporter.message(.online))
+                    for message in alongside() { try client.publish(message) }
+                    failures = 0
+                } catch {
                     // The next interval publishes a fresh one; said once per run of failures.
                     if failures == 0 { logger.warning("health not published", ["error": "\(error)"]) }
                     failures += 1

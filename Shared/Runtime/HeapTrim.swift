@@ -1,4 +1,6 @@
 import CMalloc
+import Model
+import Synchronization
 
 /// When to hand the heap's free pages back to the system. glibc keeps what
 /// a service freed (a batch's loaded rows, a burst of messages) for reuse,
@@ -31,4 +33,18 @@ struct HeapTrimSchedule {
 public enum Heap {
     /// Returns the free pages of every malloc arena to the system.
     public static func trim() { _ = malloc_trim(0) }
+}
+
+/// A process's heap trims: `trimIfDue` on every tick of its network thread.
+final class HeapTrims: Sendable {
+    private let schedule = Mutex(HeapTrimSchedule(intervalMs: 10_000))
+    private let counters: HealthCounters
+    private let clock: any WallClock
+
+    init(counters: HealthCounters, clock: any WallClock) { self.counters = counters; self.clock = clock }
+
+    func trimIfDue() {
+        let processed = counters.processedCount
+        if schedule.withLock({ $0.due(nowMs: clock.nowMs(), processed: processed) }) { Heap.trim() }
+    }
 }

@@ -69,13 +69,6 @@ public enum ServiceRunner {
                                      logger: Logger(label: settings.instance, minimum: settings.logLevel))
             health = HealthReporter(service: name, instance: settings.instance, topics: context.topics,
                                     interval: .milliseconds(Int64(settings.healthIntervalSec * 1000)), counters: counters)
-            // Two connections: input (the persistent session, its subscriptions and
-            // the will) and output (everything the service publishes), so input
-            // can wait at the broker while output drains, and memory stays bounded.
-            client = try MQTTClient(MQTTOptions(
-                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
-                cleanStart: false, sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
-                password: settings.mqttPassword, will: health.will, logger: context.logger))
             // With logins the broker names each connection after its account
             // (use_username_as_clientid, so no one can take over a service's
             // session by its client id): the output connection has its own,
@@ -87,6 +80,18 @@ public enum ServiceRunner {
             pressure = OutputPressure(limit: settings.outputBacklogMax, counters: counters)
             let definition = try define(context, reader)
             try reader.rejectUnknownKeys()
+            if settings.partitions > 1 {
+                let partitioned = try PartitionedService(context: context, definition: definition, counters: counters,
+                                                         output: output, pressure: pressure, tickInterval: tickInterval)
+                return await partitioned.run()
+            }
+            // Two connections: input (the persistent session, its subscriptions and
+            // the will) and output (everything the service publishes), so input
+            // can wait at the broker while output drains, and memory stays bounded.
+            client = try MQTTClient(MQTTOptions(
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
+                cleanStart: false, sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
+                password: settings.mqttPassword, will: health.will, logger: context.logger))
             host = try ServiceHost(definition, databasePath: context.databasePath(), bus: output, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
                                    cacheCapacity: settings.deviceCacheCapacity, cacheBudgetBytes: settings.cacheBudgetMB << 20, queryBacklog: settings.queryBacklog,
@@ -104,18 +109,11 @@ public enum ServiceRunner {
         let refusals = RefusalLog(logger: logger, counters: counters, clock: context.clock)
         output.setOnRefused { refusals.note(topic: $0, code: $1) }
         client.setOnRefused { refusals.note(topic: $0, code: $1) }
-        client.setHandler { host.receive($0) }
-        client.setBeforeAcknowledging { host.commit() }
-        let heapTrims = Mutex(HeapTrimSchedule(intervalMs: 10_000))
-        client.setPeriodic(every: tickInterval) { [clock = context.clock] in
+        let heapTrims = HeapTrims(counters: counters, clock: context.clock)
+        drive(host, from: client, output: output, pressure: pressure, tickInterval: tickInterval) {
             host.tick()
-            let processed = counters.processedCount
-            if heapTrims.withLock({ $0.due(nowMs: clock.nowMs(), processed: processed) }) { Heap.trim() }
+            heapTrims.trimIfDue()
         }
-        client.setOnConnect { host.connected(reconnect: $0) }
-        client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
-
-        host.confine(to: client)
 
         // Started together; stopped from the last to the first, each once the
         // one after it has returned: health, then input (no new work: its
@@ -142,6 +140,20 @@ public enum ServiceRunner {
             logger.error("stopped: a part ended by itself", ["part": part, "error": error ?? "none"])
             return 1
         }
+    }
+}
+
+extension ServiceRunner {
+    /// Hands `client`'s messages, commits and connects to `host`, confined
+    /// to its network thread; reading waits while `output` is too far behind.
+    static func drive<Row>(_ host: ServiceHost<Row>, from client: MQTTClient, output: MQTTClient, pressure: OutputPressure,
+                           tickInterval: Duration, tick: @escaping @Sendable () -> Void) {
+        client.setHandler { host.receive($0) }
+        client.setBeforeAcknowledging { host.commit() }
+        client.setPeriodic(every: tickInterval, tick)
+        client.setOnConnect { host.connected(reconnect: $0) }
+        client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
+        host.confine(to: client)
     }
 }
 

@@ -53,7 +53,7 @@ public final class SettingsReader {
         ("TRACKER_MQTT_HOST", "mqttHost", false), ("TRACKER_MQTT_PORT", "mqttPort", true),
         ("TRACKER_MQTT_USERNAME", "mqttUsername", false), ("TRACKER_MQTT_PASSWORD", "mqttPassword", false),
         ("TRACKER_DATA_DIR", "dataDir", false), ("TRACKER_TOPIC_PREFIX", "topicPrefix", false),
-        ("TRACKER_INSTANCE", "instance", false),
+        ("TRACKER_INSTANCE", "instance", false), ("TRACKER_PARTITIONS", "partitions", true),
     ]
     /// One service's own variables, read by that service only (another would refuse them as unknown).
     static let serviceEnvironmentKeys: [String: [(variable: String, key: String, numeric: Bool)]] = [
@@ -201,6 +201,12 @@ public struct CommonSettings: Sendable {
     /// to (comma-separated; none by default): the service's output account
     /// must be allowed to publish there, and only the asker should read it.
     public var replyTopicPrefixes: [String]
+    /// Partitions the devices are split into (the same in every instance of
+    /// every service); 1 runs the service as one instance, as always.
+    public var partitions: Int
+    /// How long a partition's lease holds unless renewed: the longest a
+    /// dead instance's partitions wait before a survivor takes them.
+    public var leaseSec: Double
 
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
@@ -235,6 +241,8 @@ public struct CommonSettings: Sendable {
             throw ConfigError("repairRetrySec", "must not exceed repairTimeoutSec (\(repairTimeout)), got \(repairRetry)")
         }
         repair = RepairSettings(retryMs: Int64(repairRetry * 1000), timeoutMs: Int64(repairTimeout * 1000))
+        partitions = try reader.int("partitions", default: 1, in: 1...1_024)
+        leaseSec = try reader.double("leaseSec", default: 10, in: 2...600)
         let prefix = topicPrefix
         replyTopicPrefixes = try reader.optionalString("replyTopicPrefixes").map { list in
             try list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map { allowed in

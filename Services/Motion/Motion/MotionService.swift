@@ -58,7 +58,7 @@ enum MotionService {
                 },
             ]
             if settings.rules.activityRecognition {
-                inputs.append(.external("activity", filter: { "\($0.prefix)/+/activity" }) { message, work in
+                inputs.append(.external("activity", filter: \.allActivity) { message, work in
                     try handler.activity(message.payload, work)
                 })
             }

@@ -65,6 +65,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     var rebuildOver = false
     /// Topic prefixes outside `{prefix}/` that replies may go to (`replyTopicPrefixes`).
     let replyPrefixes: [String]
+    /// The partition this host runs in a partitioned service: it reads only
+    /// that partition's topics (`{prefix}/_p/{k}/…`), each taken as the
+    /// contract topic it stands for.
+    public let partition: Int?
 
     var batch = Batch()
     var attempts = FailedAttempts()
@@ -90,8 +94,9 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 cacheCapacity: Int = 10_000, cacheBudgetBytes: Int = 8 << 20, queryBacklog: Int = 64,
                 maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 5_000,
                 instance: String? = nil, repair: RepairSettings = RepairSettings(), replyTopicPrefixes: [String] = [],
-                pause: @escaping (Duration) -> Void = { _ in }) throws {
+                partition: Int? = nil, pause: @escaping (Duration) -> Void = { _ in }) throws {
         name = definition.name
+        self.partition = partition
         self.instance = instance ?? "tracker-\(definition.name)"
         repairReplyTopic = topics.repairReply(self.instance)
         replyPrefixes = replyTopicPrefixes
@@ -175,9 +180,28 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// What to subscribe to: every input, and the commands (all names, for the
     /// service that answers unknown ones).
     public var subscriptions: [String] {
-        routes.inputs.map { $0.filter(topics) }
-            + (routes.answersUnknownCommands ? [topics.anyCommand] : routes.commands.map { topics.allCommands(named: $0.name) })
-            + (tipTopics.isEmpty ? [] : [repairReplyTopic] + tipTopics.keys.sorted())
+        let contract = routes.inputs.map { $0.filter(topics) } + commandFilters + tipTopics.keys.sorted()
+        let own = partition.map { k in contract.compactMap { topics.underPartition(k, $0) } } ?? contract
+        return own + (tipTopics.isEmpty ? [] : [repairReplyTopic])
+    }
+
+    /// The commands it answers: every name, for the service that answers unknown ones.
+    public var commandFilters: [String] {
+        routes.answersUnknownCommands ? [topics.anyCommand] : routes.commands.map { topics.allCommands(named: $0.name) }
+    }
+
+    /// What reaches a partitioned service from outside, on the contract's
+    /// topics, for the instance that takes it to forward to the device's
+    /// partition: its inputs from devices and other services' events, and
+    /// its commands. (The internal streams come partitioned already.)
+    public var forwardedFilters: [(filter: String, wanted: (([UInt8]) -> Bool)?)] {
+        routes.inputs.filter { !$0.sequenced }.map { ($0.filter(topics), $0.wanted) } + commandFilters.map { ($0, nil) }
+    }
+
+    /// Whether a command of this name is this service's to answer: its own,
+    /// or, for the service that answers unknown ones, any no service owns.
+    public func answers(command name: String) -> Bool {
+        commands[name] != nil || (routes.answersUnknownCommands && !CommandCatalog.all.contains(name))
     }
 
     // MARK: Messages (network thread)
@@ -190,6 +214,15 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     public func receive(_ message: MQTTMessage) {
         checkThread()
+        if partition != nil {
+            var message = message
+            message.topic = topics.outsidePartition(message.topic)
+            return take(message)
+        }
+        take(message)
+    }
+
+    private func take(_ message: MQTTMessage) {
         openBatchIfNeeded()
         // A failed batch is redelivered whole: handling more of it now would be undone anyway.
         guard batch.failure == nil else { return }

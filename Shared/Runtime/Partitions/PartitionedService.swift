@@ -1,0 +1,398 @@
+import Bus
+import Foundation
+import Model
+import Store
+import Synchronization
+import TrackerLog
+
+/// One instance of a service whose devices are split into `partitions`
+/// (see docs/scaling.md). The instance runs what the lease board gives it:
+/// partitions, each a `ServiceHost` of its own with its store
+/// (`tracker-{service}-p{k}.sqlite`) and its MQTT session
+/// (`tracker-{service}-p{k}`), which the broker keeps, with the partition's
+/// queue, while no instance runs it; and perhaps the service's ingress (the
+/// session `tracker-{service}-in`), which takes what reaches the service on
+/// the contract's topics and forwards it to the device's partition. One
+/// session, so each device's messages keep their order.
+///
+/// Its own connections: *control* (the leases and the service's instances'
+/// health; its will marks the instance gone) and *output* (everything its
+/// partitions and it publish).
+final class PartitionedService<Row>: @unchecked Sendable {
+    let context: ServiceContext
+    let definition: ServiceDefinition<Row>
+    let counters: HealthCounters
+    let output: MQTTClient
+    let control: MQTTClient
+    let pressure: OutputPressure
+    let tickInterval: Duration
+    let partitioning: Partitioning
+    let health: HealthReporter
+    let forwarder: Forwarder
+    let logger: Logger
+    private let board: Locked<PartitionBoard>
+    private let runs = Locked<[Int: any OwnedRun]>([:])
+    /// Set when another process took this instance's control session: the instance ends.
+    private let displaced = StopRequest()
+
+    init(context: ServiceContext, definition: ServiceDefinition<Row>, counters: HealthCounters, output: MQTTClient,
+         pressure: OutputPressure, tickInterval: Duration) throws {
+        let settings = context.settings
+        self.context = context; self.definition = definition; self.counters = counters
+        self.output = output; self.pressure = pressure; self.tickInterval = tickInterval
+        logger = context.logger
+        partitioning = Partitioning(count: settings.partitions)
+        // The partitions, and one more slot: the ingress.
+        let board = Locked(PartitionBoard(me: settings.instance, count: settings.partitions + 1,
+                                         leaseMs: Int64(settings.leaseSec * 1000), settleMs: 1_000, nowMs: context.clock.nowMs()))
+        self.board = board
+        let runs = self.runs
+        health = HealthReporter(service: context.name, instance: settings.instance, topics: context.topics,
+                                interval: .milliseconds(Int64(settings.healthIntervalSec * 1000)), counters: counters,
+                                topic: context.topics.instanceHealth(context.name, settings.instance),
+                                partitionCount: settings.partitions, partitions: { board.withLock { $0.running } })
+        counters.queueDepth { runs.withLock { $0.values.reduce(0) { $0 + ($1.counters?.currentQueueDepth ?? 0) } } }
+        // The instance id is its control session's client id: a second
+        // process with the same id would take it over (see `displaced`).
+        control = try MQTTClient(MQTTOptions(
+            host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
+            cleanStart: false, sessionExpirySec: 7 * 24 * 3600, keepAliveSec: 10, username: settings.mqttUsername,
+            password: settings.mqttPassword, will: health.will, logger: context.logger))
+        // The filters a partition's host reads, as the contract has them: a
+        // throwaway host is not needed, the definition's routes tell.
+        forwarder = Forwarder(topics: context.topics, partitioning: partitioning, output: output, logger: context.logger)
+    }
+
+    var service: String { context.name }
+    var topics: Topics { context.topics }
+
+    func run() async -> Int32 {
+        let probe: ServiceHost<Row>
+        do {
+            // The forwarded filters and command names come from the routes,
+            // which need a store to be wired: an in-memory one.
+            probe = try ServiceHost(definition, databasePath: ":memory:", bus: output, topics: topics, logger: logger,
+                                    counters: HealthCounters(), clock: context.clock, instance: "\(context.settings.instance)-probe")
+        } catch {
+            logger.error("cannot read the service's routes", ["error": "\(error)"])
+            return 2
+        }
+        forwarder.configure(filters: probe.forwardedFilters, answers: { probe.answers(command: $0) })
+        let refusals = RefusalLog(logger: logger, counters: counters, clock: context.clock)
+        output.setOnRefused { refusals.note(topic: $0, code: $1) }
+        control.setOnRefused { refusals.note(topic: $0, code: $1) }
+        control.setHandler { [self] in take($0) }
+        let heapTrims = HeapTrims(counters: counters, clock: context.clock)
+        control.setPeriodic(every: .milliseconds(250)) { [self] in
+            act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) })
+            heapTrims.trimIfDue()
+        }
+        control.setOnTakenOver { [self] in
+            logger.error("another process took over this instance's session: two instances run with the instance id "
+                         + "'\(context.settings.instance)'; this one stops")
+            displaced.request()
+        }
+
+        let subscriptions = [topics.leases(service), topics.instanceHealth(service, "+")]
+        let outputPart = ConnectionPart(output, farewell: { [health] in health.message(.offline) }, logger: logger)
+        let controlPart = ConnectionPart(control, subscribing: subscriptions, after: output, drainTimeout: .seconds(1), logger: logger) {
+            [self] in
+            logger.info("service started", ["service": service, "instance": context.settings.instance,
+                                            "partitions": "\(partitioning.count)", "version": TrackerVersion.current])
+        }
+        let partitionsPart = PartitionsPart(stopAll: { [self] in await stopAll() }, displaced: displaced)
+        let healthPart = HealthPart(health, on: output, logger: logger, ready: { [control] in control.isSubscribed },
+                                    alongside: { [self] in tips() })
+        let lifecycle = Lifecycle([Lifecycle.Part("output", outputPart), Lifecycle.Part("partitions", partitionsPart),
+                                   Lifecycle.Part("control", controlPart), Lifecycle.Part("health", healthPart)], logger: logger)
+        let ending = await lifecycle.run()
+        switch ending {
+        case .signal:
+            logger.info("stopped")
+            return 0
+        case .partEnded(let part, let error):
+            logger.error("stopped: a part ended by itself", ["part": part, "error": error ?? "none"])
+            return 1
+        }
+    }
+
+    // MARK: Control messages (control's network thread)
+
+    func take(_ message: MQTTMessage) {
+        if let slot = topics.leaseSlot(message.topic, service: service),
+           let k = slot == "ingress" ? partitioning.count : Int(slot) {
+            let lease = message.payload.isEmpty ? nil : try? JSONCoding.decoder.decode(Lease.self, from: Data(message.payload))
+            board.withLock { $0.lease(k, lease) }
+        } else if let instance = topics.healthInstance(message.topic, service: service) {
+            let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload))
+            // Live while its health keeps coming: three intervals, and at least a lease's length.
+            let until = health.flatMap { h in
+                h.status == .online ? h.timeMs + max(3 * (h.intervalMs ?? 5_000), Int64(context.settings.leaseSec * 1000)) : nil
+            }
+            board.withLock { $0.member(instance, liveUntilMs: until) }
+        }
+    }
+
+    // MARK: Partitions
+
+    func act(_ effects: [PartitionBoard.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .publish(let k, let lease):
+                do {
+                    try output.publish(MQTTMessage(topic: leaseTopic(k), payload: Array(JSONCoding.encode(lease)), retain: true))
+                } catch {
+                    logger.warning("lease not published", ["partition": "\(k)", "error": "\(error)"])
+                }
+            case .start(let k) where k == partitioning.count:
+                startIngress()
+            case .start(let k):
+                Task.detached { [self] in start(k) }
+            case .stop(let k):
+                guard let run = runs.withLock({ $0[k] }) else {
+                    act(board.withLock { $0.stopped(k) })
+                    continue
+                }
+                run.stop()
+            }
+        }
+    }
+
+    /// Opens partition k's store (once the last owner has let go of it) and
+    /// session, and runs its host until it is stopped or its session is taken.
+    func start(_ k: Int) {
+        let settings = context.settings
+        let name = "tracker-\(service)-p\(k)"
+        let path = "\(settings.dataDir)/\(name).sqlite"
+        let run: PartitionRun<Row>
+        do {
+            _ = try context.databasePath()  // the directory, made 0700
+            guard let lock = try StoreLock(path: path + ".lock") else {
+                logger.info("partition's store still held by its last owner; trying again", ["partition": "\(k)"])
+                board.withLock { $0.started(k, ok: false, nowMs: context.clock.nowMs()) }
+                return
+            }
+            let partitionCounters = HealthCounters(forwardingTo: counters)
+            let input = try MQTTClient(MQTTOptions(
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
+                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { "\($0)-p\(k)" },
+                password: settings.mqttPassword, logger: logger))
+            let host = try ServiceHost(definition, databasePath: path, bus: output, topics: topics.partitioned(partitioning),
+                                       logger: logger, counters: partitionCounters, clock: context.clock,
+                                       cacheCapacity: max(1, settings.deviceCacheCapacity / partitioning.count),
+                                       cacheBudgetBytes: max(1 << 20, (settings.cacheBudgetMB << 20) / partitioning.count),
+                                       queryBacklog: settings.queryBacklog, maxReplyBytes: settings.maxReplyBytes,
+                                       sqliteCacheKB: max(500, settings.sqliteCacheMB * 1_000 / partitioning.count),
+                                       instance: name, repair: settings.repair, replyTopicPrefixes: settings.replyTopicPrefixes,
+                                       partition: k, pause: { [input] in input.holdReading(for: $0) })
+            run = PartitionRun(k: k, host: host, input: input, counters: partitionCounters, lock: lock)
+        } catch {
+            logger.error("cannot start a partition; trying again", ["partition": "\(k)", "error": "\(error)"])
+            board.withLock { $0.started(k, ok: false, nowMs: context.clock.nowMs()) }
+            return
+        }
+        run.input.setOnRefused { [counters] _, _ in counters.count("denied") }
+        launch(run, named: "partition \(k)") { [self] connected in
+            await run.run(after: output, tickInterval: tickInterval, pressure: pressure, logger: logger, connected: connected)
+        }
+    }
+
+    /// Runs the service's ingress: its session, on the contract's topics,
+    /// everything forwarded to the device's partition.
+    func startIngress() {
+        let settings = context.settings
+        let run: IngressRun
+        do {
+            let client = try MQTTClient(MQTTOptions(
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: "tracker-\(service)-in", cleanStart: false,
+                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { "\($0)-in" },
+                password: settings.mqttPassword, logger: logger))
+            run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder)
+        } catch {
+            logger.error("cannot start the ingress; trying again", ["error": "\(error)"])
+            board.withLock { $0.started(partitioning.count, ok: false, nowMs: context.clock.nowMs()) }
+            return
+        }
+        launch(run, named: "ingress") { [self] connected in
+            await run.run(after: output, pressure: pressure, logger: logger, connected: connected)
+        }
+    }
+
+    /// Runs `run` until it stops (asked, or its session taken), then tells the board.
+    private func launch(_ run: any OwnedRun, named name: String,
+                        body: @escaping @Sendable (_ connected: @escaping @Sendable () -> Void) async -> Void) {
+        let k = run.k
+        runs.withLock { $0[k] = run }
+        Task.detached { [self] in
+            await body { [self] in
+                board.withLock { $0.started(k, ok: true, nowMs: context.clock.nowMs()) }
+                logger.info("started", ["part": name])
+            }
+            runs.withLock { _ = $0.removeValue(forKey: k) }
+            logger.info("stopped", ["part": name])
+            act(board.withLock { $0.stopped(k) })
+            run.ended.request()
+        }
+    }
+
+    /// `{prefix}/_lease/{service}/{k}`, and `…/ingress` for the ingress.
+    func leaseTopic(_ k: Int) -> String {
+        k == partitioning.count ? topics.lease(service, "ingress") : topics.lease(service, "\(k)")
+    }
+
+    /// Every partition stopped (the instance is stopping): each commits,
+    /// checkpoints and releases its lease, so the others take over at once.
+    func stopAll() async {
+        let all = runs.withLock { Array($0.values) }
+        for run in all {
+            board.withLock { $0.leaving(run.k) }
+            run.stop()
+        }
+        for run in all { await run.ended.wait() }
+        await output.drain(timeout: .seconds(3))
+    }
+
+    /// Each running partition's stream tips, on `{prefix}/_p/{k}/_health/{service}`,
+    /// where that partition's consumers read them.
+    func tips() -> [MQTTMessage] {
+        let running = runs.withLock { Array($0.values) }
+        return running.compactMap { run in
+            guard let streams = run.counters?.currentStreams,
+                  let topic = topics.underPartition(run.k, topics.health(service)) else { return nil }
+            var h = health.health(.online)
+            h.streams = streams
+            h.counters = nil
+            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(h)), retain: true)
+        }
+    }
+}
+
+/// What an instance runs of a leased slot: a partition, or the ingress.
+protocol OwnedRun: Sendable {
+    var k: Int { get }
+    /// A partition's own health counters (its queue depth and stream tips).
+    var counters: HealthCounters? { get }
+    /// Requested once the run is over and the board was told.
+    var ended: StopRequest { get }
+    func stop()
+}
+
+/// One partition run here: its host, its session, and the file lock on its store.
+final class PartitionRun<Row>: OwnedRun, @unchecked Sendable {
+    let k: Int
+    let host: ServiceHost<Row>
+    let input: MQTTClient
+    let counters: HealthCounters?
+    let lock: StoreLock
+    private let stopping = StopRequest()
+    let ended = StopRequest()
+
+    init(k: Int, host: ServiceHost<Row>, input: MQTTClient, counters: HealthCounters, lock: StoreLock) {
+        self.k = k; self.host = host; self.input = input; self.counters = counters; self.lock = lock
+    }
+
+    func stop() { stopping.request() }
+
+    func run(after output: MQTTClient, tickInterval: Duration, pressure: OutputPressure, logger: Logger,
+             connected: @escaping @Sendable () -> Void) async {
+        let host = self.host
+        ServiceRunner.drive(host, from: input, output: output, pressure: pressure, tickInterval: tickInterval) { host.tick() }
+        // Another instance took the session: it owns the partition now.
+        input.setOnTakenOver { [stopping] in stopping.request() }
+        let inputPart = ConnectionPart(input, subscribing: host.subscriptions, after: output, drainTimeout: .seconds(1),
+                                       logger: logger, connected: connected)
+        let lifecycle = Lifecycle(host.parts + [Lifecycle.Part("input p\(k)", inputPart)], logger: logger,
+                                  signals: { [stopping] in await stopping.wait(); return 0 })
+        _ = await lifecycle.run()
+        host.close()
+        lock.release()
+    }
+}
+
+/// The service's ingress run here: its session on the contract's topics,
+/// each message forwarded to its device's partition; the batch is
+/// acknowledged once the broker holds every copy.
+final class IngressRun: OwnedRun {
+    let k: Int
+    let client: MQTTClient
+    let forwarder: Forwarder
+    var counters: HealthCounters? { nil }
+    private let stopping = StopRequest()
+    let ended = StopRequest()
+
+    init(k: Int, client: MQTTClient, forwarder: Forwarder) { self.k = k; self.client = client; self.forwarder = forwarder }
+
+    func stop() { stopping.request() }
+
+    func run(after output: MQTTClient, pressure: OutputPressure, logger: Logger, connected: @escaping @Sendable () -> Void) async {
+        client.setHandler { [forwarder] in forwarder.forward($0) }
+        client.setBeforeAcknowledging { [forwarder] in forwarder.waitForwarded() }
+        client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
+        client.setOnTakenOver { [stopping] in stopping.request() }
+        let part = ConnectionPart(client, subscribing: forwarder.filters.map(\.filter), after: output, drainTimeout: .seconds(1),
+                                  logger: logger, connected: connected)
+        _ = await Lifecycle([Lifecycle.Part("ingress", part)], logger: logger,
+                            signals: { [stopping] in await stopping.wait(); return 0 }).run()
+    }
+}
+
+/// The instance's partitions as a lifecycle part: nothing to do while the
+/// instance runs (the board starts and stops partitions); stopping stops
+/// them all, after health and the control connection have stopped.
+final class PartitionsPart: LongRunning {
+    let stopAll: @Sendable () async -> Void
+    let displaced: StopRequest
+    private let stopping = StopRequest()
+
+    init(stopAll: @escaping @Sendable () async -> Void, displaced: StopRequest) {
+        self.stopAll = stopAll; self.displaced = displaced
+    }
+
+    struct Displaced: Error, CustomStringConvertible {
+        var description: String { "another process runs with this instance id" }
+    }
+
+    func run() async throws {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.stopping.wait() }
+            group.addTask { await self.displaced.wait() }
+            await group.next()
+            group.cancelAll()
+        }
+        await stopAll()
+        if displaced.isRequested, !stopping.isRequested { throw Displaced() }
+    }
+
+    func stop() { stopping.request() }
+}
+
+/// An exclusive lock on a partition's store (`flock` on a file beside it):
+/// the second fence after the MQTT session, so two instances never write
+/// one store, whatever their views of the leases. The kernel drops it when
+/// its process dies.
+final class StoreLock: Sendable {
+    private let fd: Int32
+
+    /// Nil while another process holds it.
+    init?(path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ConfigError("dataDir", "cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            return nil
+        }
+        self.fd = fd
+    }
+
+    func release() {
+        flock(fd, LOCK_UN)
+        close(fd)
+    }
+}
+
+/// A value behind a lock, shared by reference (a `Mutex` cannot be captured).
+final class Locked<Value>: @unchecked Sendable {
+    private let mutex: Mutex<Value>
+    init(_ value: sending Value) { mutex = Mutex(value) }
+    func withLock<T>(_ body: (inout sending Value) throws -> sending T) rethrows -> sending T { try mutex.withLock(body) }
+}
