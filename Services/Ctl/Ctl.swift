@@ -13,8 +13,10 @@ struct Ctl {
           events [--device D] [--json] [--count N] [--timeout S] [--except TYPE,…]
                                                            print events as they arrive (but those types)
           cmd DEVICE NAME [JSON-ARGS] [--timeout S] [--v311] send a command, print the reply
-          health [--wait S] [--check SERVICE]              table of every service's health; with --check,
-                                                           exit 0 only if SERVICE is online and fresh (a container health check)
+          health [--wait S] [--check SERVICE [--instance ID]]
+                                                           table of every service's health; with --check,
+                                                           exit 0 only if SERVICE is online and fresh (a container health check):
+                                                           partitioned, its live instances run every partition, or ID does
           render DEVICE --session ID --out FILE.svg [--options JSON]
                                                            draw a built track (PNG beside it with rsvg-convert)
           view DEVICE --session ID --out FILE.html [--tiles URL]
@@ -219,29 +221,47 @@ struct Ctl {
     static func health(_ args: inout Arguments, _ connection: Connection) async throws {
         let wait = try args.double("--wait") ?? 1
         let check = args.value("--check")
+        let instance = args.value("--instance")
         try args.finish()
         let client = try await connection.connect(name: "health")
         let collected = HealthBox()
         let unreadable = FailureCount()
         client.setHandler { message in
-            do { collected.add(try JSONCoding.decoder.decode(Health.self, from: Data(message.payload))) } catch { unreadable.add() }
+            do { collected.add(try JSONCoding.decoder.decode(Health.self, from: Data(message.payload)), topic: message.topic) } catch { unreadable.add() }
         }
-        try await client.subscribe([connection.topics.allHealth])
+        // A partitioned service's instances each have their own: tracker/_health/{service}/{instance}.
+        try await client.subscribe([connection.topics.allHealth, connection.topics.allHealth + "/+"])
         // Retained messages arrive right after the subscription; give them a moment.
         try await Task.sleep(for: .milliseconds(Int64(wait * 1000)))
         await client.disconnect()
         let now = Int64(Date().timeIntervalSince1970 * 1000)
-        let rows = collected.all.sorted { $0.service < $1.service }
+        let rows = collected.all.sorted { ($0.service, $0.instance ?? "") < ($1.service, $1.instance ?? "") }
         if unreadable.value > 0 {
             FileHandle.standardError.write(Data("trackerctl: \(unreadable.value) health message(s) could not be read (another version's?)\n".utf8))
         }
+        func isLive(_ h: Health) -> Bool {
+            h.status == .online && Double(now - h.timeMs) <= 2 * Double(h.intervalMs ?? 5_000) + 1_000
+        }
         if let check {
-            guard let h = rows.first(where: { $0.service == check }) else { fail("\(check): no health published", code: 1) }
-            let age = Double(now - h.timeMs) / 1000, interval = Double(h.intervalMs ?? 5_000) / 1000
-            guard h.status == .online, age <= 2 * interval + 1 else {
-                fail("\(check): \(h.status.rawValue), last heard \(Int(age)) s ago (interval \(interval) s)", code: 1)
+            let named = rows.filter { $0.service == check && (instance == nil || $0.instance == instance) }
+            // One instance, or (partitioned) one of them, when named.
+            if let h = named.first(where: { $0.partitionCount == nil || instance != nil }) {
+                let age = Double(now - h.timeMs) / 1000, interval = Double(h.intervalMs ?? 5_000) / 1000
+                guard isLive(h) else {
+                    fail("\(check): \(h.status.rawValue), last heard \(Int(age)) s ago (interval \(interval) s)", code: 1)
+                }
+                print("\(check): online, heard \(String(format: "%.1f", age)) s ago")
+                return
             }
-            print("\(check): online, heard \(String(format: "%.1f", age)) s ago")
+            // A partitioned service as a whole: its live instances run every partition, and one the ingress.
+            guard let count = named.first?.partitionCount else { fail("\(check): no health published", code: 1) }
+            let live = named.filter(isLive)
+            let owned = Set(live.flatMap { $0.partitions ?? [] })
+            guard owned.count == count, live.contains(where: { $0.ingress == true }) else {
+                fail("\(check): \(live.count) instance(s) online run \(owned.count) of \(count) partitions"
+                     + (live.contains { $0.ingress == true } ? "" : ", none the ingress"), code: 1)
+            }
+            print("\(check): online, \(live.count) instance(s) running all \(count) partitions")
             return
         }
         if rows.isEmpty { print("no service has published health under \(connection.topics.prefix)/_health/"); exit(1) }
@@ -251,7 +271,8 @@ struct Ctl {
             let age = Double(now - h.timeMs) / 1000
             let interval = Double(h.intervalMs ?? 5_000) / 1000
             let stale = h.status == .online && age > 2 * interval + 1
-            let note = stale ? "STALE: not heard from for \(Int(age)) s (interval \(interval) s)" : (h.note ?? "")
+            let share = h.partitions.map { "partitions \($0.count)/\(h.partitionCount ?? 0)" + (h.ingress == true ? " + ingress " : " ") } ?? ""
+            let note = share + (stale ? "STALE: not heard from for \(Int(age)) s (interval \(interval) s)" : (h.note ?? ""))
             func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s + " " : s + String(repeating: " ", count: n - s.count) }
             print(pad(h.service, 11) + pad(h.status.rawValue, 9) + pad(h.instance ?? "-", 25) + pad(h.version, 9)
                   + String(format: "%9lld %7lld %7lld %8lld %6.1f  ", h.processed, h.errors, h.lagMs, h.queueDepth, age)
@@ -308,8 +329,9 @@ final class FailureCount: Sendable {
     var value: Int { count.withLock { $0 } }
 }
 
+/// The newest health of each service, or of each instance of a partitioned one.
 final class HealthBox: Sendable {
-    private let byService = Mutex<[String: Health]>([:])
-    func add(_ h: Health) { byService.withLock { $0[h.service] = h } }
-    var all: [Health] { byService.withLock { Array($0.values) } }
+    private let byTopic = Mutex<[String: Health]>([:])
+    func add(_ h: Health, topic: String) { byTopic.withLock { $0[topic] = h } }
+    var all: [Health] { byTopic.withLock { Array($0.values) } }
 }

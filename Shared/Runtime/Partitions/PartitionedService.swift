@@ -158,6 +158,11 @@ final class PartitionedService<Row>: @unchecked Sendable {
         }
     }
 
+    // With logins, the broker names each connection after its account: a
+    // partition's session and the ingress log in as accounts of their own,
+    // the same for every instance (the session is the fence), with the
+    // instance's password; the instance's own connections as its account.
+
     /// Opens partition k's store (once the last owner has let go of it) and
     /// session, and runs its host until it is stopped or its session is taken.
     func start(_ k: Int) {
@@ -175,7 +180,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             let partitionCounters = HealthCounters(forwardingTo: counters)
             let input = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
-                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { "\($0)-p\(k)" },
+                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { _ in name },
                 password: settings.mqttPassword, logger: logger))
             let host = try ServiceHost(definition, databasePath: path, bus: output, topics: topics.partitioned(partitioning),
                                        logger: logger, counters: partitionCounters, clock: context.clock,
@@ -203,9 +208,10 @@ final class PartitionedService<Row>: @unchecked Sendable {
         let settings = context.settings
         let run: IngressRun
         do {
+            let name = "tracker-\(service)-in"
             let client = try MQTTClient(MQTTOptions(
-                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: "tracker-\(service)-in", cleanStart: false,
-                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { "\($0)-in" },
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
+                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { _ in name },
                 password: settings.mqttPassword, logger: logger))
             run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder)
         } catch {

@@ -1,0 +1,103 @@
+import Bus
+import Foundation
+import Model
+
+/// The product as several instances of every service, with the devices
+/// split into `partitions` (docs/scaling.md): one broker, one HTTP sink, and
+/// per service any number of instances sharing one data directory, as they
+/// would share a volume. Instances are named `a`, `b`, `c` …
+public final class ScaledConstellation: @unchecked Sendable {
+    public static let services = Constellation.services
+    public let broker: TestBroker
+    public let partitions: Int
+    public let config: [String: Any]
+    public private(set) var sink: HTTPSink?
+    /// Service → instance name → its process.
+    public private(set) var instances: [String: [String: ServiceHarness]] = [:]
+    /// Each service's data directory, shared by its instances.
+    public let dataDirectories: [String: URL]
+    public var sinkURL: String { "\(sink?.url ?? "http://127.0.0.1:9")/points" }
+
+    public init(partitions: Int, config: [String: Any] = [:]) throws {
+        self.partitions = partitions
+        self.config = config
+        broker = try TestBroker(persistent: true)
+        var directories: [String: URL] = [:]
+        for service in Self.services {
+            let directory = broker.directory.appendingPathComponent("data-\(service)")
+            try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+            directories[service] = directory
+        }
+        dataDirectories = directories
+        sink = try HTTPSink(in: broker.directory)
+    }
+
+    /// The instance id of `name` of `service`: `tracker-{service}-{name}`.
+    public static func instanceID(_ service: String, _ name: String) -> String { "tracker-\(service)-\(name)" }
+
+    /// Starts instance `name` of `service` (again, after a stop or kill).
+    public func start(_ service: String, _ name: String) throws {
+        let harness = try instances[service]?[name] ?? ServiceHarness(
+            executable: "tracker-\(service)", broker: broker,
+            config: ServiceHarness.fastHealth.merging(config) { _, given in given }.merging(["partitions": partitions]) { _, p in p },
+            environment: ["TRACKER_DATA_DIR": dataDirectories[service]!.path, "TRACKER_INSTANCE": Self.instanceID(service, name)])
+        instances[service, default: [:]][name] = harness
+        try harness.start()
+    }
+
+    /// Starts instance `name` of every service.
+    public func startAll(_ name: String) throws {
+        for service in Self.services { try start(service, name) }
+    }
+
+    public func kill9(_ service: String, _ name: String) { instances[service]?[name]?.kill9() }
+
+    /// SIGTERM: a graceful stop, which hands its partitions over.
+    @discardableResult
+    public func stop(_ service: String, _ name: String) -> Int32? { instances[service]?[name]?.stop() }
+
+    public func stopAll() {
+        for (_, byName) in instances { for (_, harness) in byName { harness.stop() } }
+        sink?.stop()
+    }
+
+    /// A client on the broker (anonymous: this constellation runs without logins).
+    public func client() async throws -> MQTTClient {
+        let client = try MQTTClient(MQTTOptions(port: broker.port, clientID: "scaled-test-\(UUID().uuidString.prefix(8))"))
+        try await client.connect()
+        return client
+    }
+
+    /// Every instance's last health, by instance id, in the order the broker
+    /// sent them (a will carries the time its connection was made).
+    public func newestHealth(_ messages: [MQTTMessage]) -> [String: Health] {
+        var newest: [String: Health] = [:]
+        for message in messages {
+            guard let health = Health.decode(message), let instance = health.instance else { continue }
+            newest[instance] = health
+        }
+        return newest
+    }
+
+    /// Waits until the online instances of `service` are exactly `names`,
+    /// sharing every partition once and one running the ingress, each within
+    /// one of an even share; returns how long that took.
+    @discardableResult
+    public func waitShared(_ service: String, among names: [String], timeout: Double = 60) async throws -> Duration {
+        let started = ContinuousClock.now
+        let ids = Set(names.map { Self.instanceID(service, $0) })
+        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)/+"])
+        defer { Task { await collector.close() } }
+        let count = partitions
+        _ = try await collector.wait(timeout: timeout, description: "\(service)'s partitions shared by \(names.sorted())") { [self] messages in
+            let online = newestHealth(messages).filter { $0.value.status == .online }
+            guard Set(online.keys) == ids else { return false }
+            let owned = online.values.flatMap { $0.partitions ?? [] }
+            // The ingress counts as a share of the work, like a partition.
+            let shares = online.values.map { ($0.partitions?.count ?? 0) + ($0.ingress == true ? 1 : 0) }
+            return owned.sorted() == Array(0..<count) && shares.max()! - shares.min()! <= 1
+                && online.values.filter { $0.ingress == true }.count == 1
+        }
+        return ContinuousClock.now - started
+    }
+}

@@ -1,0 +1,126 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+import Testing
+
+extension HeavySuites {
+    /// Several instances of every service, the devices split into 16
+    /// partitions (docs/scaling.md): instances killed in turn and the fleet
+    /// scaled mid-stream, while five noisy drives stream in. Every raw fix
+    /// the gateway stored is judged once, every accepted point is stored
+    /// once and delivered once, and survivors take a dead instance's
+    /// partitions within 15 s.
+    @Suite(.serialized) struct ScaleOutTests {
+        static let partitions = 16
+        static let devices = (0..<5).map { "scaled-\($0)" }
+
+        /// Five noisy drives, interleaved fix by fix.
+        static func fixes(count: Int) throws -> [(device: String, payload: String)] {
+            let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+            let drives = try devices.indices.map { k in Array(try NoiseGenerator(seed: UInt64(k + 41)).lines(over: truth).prefix(count)) }
+            return (0..<count).flatMap { i in devices.indices.compactMap { k in i < drives[k].count ? (devices[k], drives[k][i]) : nil } }
+        }
+
+        @Test func instancesKilledInTurnLoseNothingAndDoNothingTwice() async throws {
+            let fleet = try ScaledConstellation(partitions: Self.partitions)
+            defer { fleet.stopAll() }
+            try fleet.startAll("a")
+            try fleet.startAll("b")
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            let client = try await fleet.client()
+            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
+                "retryMaxDelaySec": .number(0.5)]))
+            #expect(synced.ok, "\(synced)")
+
+            let fixes = try Self.fixes(count: 500)
+            let publisher = try await fleet.client()
+            let slice = fixes.count / (ScaledConstellation.services.count + 1)
+            var takeovers: [String: Duration] = [:]
+            for (turn, service) in ScaledConstellation.services.enumerated() {
+                try await Replay.publish(Array(fixes[(turn * slice)..<((turn + 1) * slice)]), with: publisher)
+                // kill -9 in the middle of the stream: b alone runs every partition of the service.
+                fleet.kill9(service, "a")
+                takeovers[service] = try await fleet.waitShared(service, among: ["b"], timeout: 30)
+                try fleet.start(service, "a")
+            }
+            try await Replay.publish(Array(fixes[(ScaledConstellation.services.count * slice)...]), with: publisher)
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            print("scale out, kill -9 in turn: survivors took over in \(takeovers.mapValues { "\($0)" })")
+            for (service, took) in takeovers { #expect(took < .seconds(15), "\(service): the survivor took \(took)") }
+            try await Self.expectEachOnce(published: fixes, fleet: fleet, client: client, resentAllowed: true)
+            await publisher.disconnect()
+            await client.disconnect()
+        }
+
+        @Test func scalingOneTwoThreeTwoMidStreamLosesNothing() async throws {
+            let fleet = try ScaledConstellation(partitions: Self.partitions)
+            defer { fleet.stopAll() }
+            try fleet.startAll("a")
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a"]) }
+            let client = try await fleet.client()
+            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
+                "retryMaxDelaySec": .number(0.5)]))
+            #expect(synced.ok, "\(synced)")
+
+            let fixes = try Self.fixes(count: 400)
+            let publisher = try await fleet.client()
+            let quarter = fixes.count / 4
+            try await Replay.publish(Array(fixes[0..<quarter]), with: publisher)
+            try fleet.startAll("b")  // 1 → 2
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            try await Replay.publish(Array(fixes[quarter..<(2 * quarter)]), with: publisher)
+            try fleet.startAll("c")  // 2 → 3
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b", "c"]) }
+            try await Replay.publish(Array(fixes[(2 * quarter)..<(3 * quarter)]), with: publisher)
+            for service in ScaledConstellation.services { #expect(fleet.stop(service, "b") == 0, "\(service)-b's graceful stop") }  // 3 → 2
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "c"]) }
+            try await Replay.publish(Array(fixes[(3 * quarter)...]), with: publisher)
+            try await Self.expectEachOnce(published: fixes, fleet: fleet, client: client)
+            await publisher.disconnect()
+            await client.disconnect()
+        }
+
+        /// Each device's stored raw fixes are all it sent, each judged once;
+        /// its accepted fixes are stored once by track and delivered once.
+        /// `resentAllowed`: an uploader killed mid-request sends that batch
+        /// again (with the same `Idempotency-Key`), so its points may arrive twice.
+        static func expectEachOnce(published: [(device: String, payload: String)], fleet: ScaledConstellation,
+                                   client: MQTTClient, resentAllowed: Bool = false) async throws {
+            let deadline = ContinuousClock.now + .seconds(120)
+            var acceptedTotal = 0
+            for device in devices {
+                let sent = published.filter { $0.device == device }.count
+                var raw: [Replay.SeqRow] = [], decisions: [Replay.DecisionRow] = []
+                repeat {
+                    raw = try await Replay.all("getRawFixes", of: device, with: client)
+                    decisions = try await Replay.decisions(of: device, with: client)
+                } while (raw.count < sent || Set(decisions.map(\.seq)) != Set(raw.map(\.seq))) && ContinuousClock.now < deadline
+                #expect(raw.count == sent && Set(raw.map(\.seq)).count == sent, "\(device): the gateway stored \(raw.count) raw fixes of \(sent) sent")
+                #expect(decisions.count == raw.count && Set(decisions.map(\.seq)) == Set(raw.map(\.seq)),
+                        "\(device): \(decisions.count) decisions (\(Set(decisions.map(\.seq)).count) distinct) for \(raw.count) raw fixes")
+                let accepted = Set(decisions.filter(\.accepted).map(\.seq))
+                acceptedTotal += accepted.count
+                var stored: [Replay.SeqRow] = []
+                repeat {
+                    stored = try await Replay.all("getPoints", of: device, with: client)
+                } while stored.count < accepted.count && ContinuousClock.now < deadline
+                #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
+                        "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted")
+            }
+            var points: [String: Int] = [:]
+            while ContinuousClock.now < deadline {
+                _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
+                points = fleet.sink!.points()
+                if points.count >= acceptedTotal { break }
+            }
+            #expect(points.count == acceptedTotal, "the sink holds \(points.count) distinct of \(acceptedTotal) accepted points")
+            let twice = points.values.filter { $0 > 1 }.count
+            if resentAllowed { print("scale out: \(twice) points resent by a killed uploader") } else {
+                #expect(twice == 0, "\(twice) points delivered more than once")
+            }
+        }
+    }
+}
