@@ -18,10 +18,11 @@ public final class ScaledConstellation: @unchecked Sendable {
     public let dataDirectories: [String: URL]
     public var sinkURL: String { "\(sink?.url ?? "http://127.0.0.1:9")/points" }
 
-    public init(partitions: Int, config: [String: Any] = [:]) throws {
+    /// `persistentBroker: false` runs a broker that keeps nothing across a restart.
+    public init(partitions: Int, config: [String: Any] = [:], persistentBroker: Bool = true) throws {
         self.partitions = partitions
         self.config = config
-        broker = try TestBroker(persistent: true)
+        broker = try TestBroker(persistent: persistentBroker)
         var directories: [String: URL] = [:]
         for service in Self.services {
             let directory = broker.directory.appendingPathComponent("data-\(service)")
@@ -66,6 +67,25 @@ public final class ScaledConstellation: @unchecked Sendable {
         let client = try MQTTClient(MQTTOptions(port: broker.port, clientID: "scaled-test-\(UUID().uuidString.prefix(8))"))
         try await client.connect()
         return client
+    }
+
+    /// Waits until the instances of `service` have taken `count` messages in all.
+    public func waitProcessed(_ service: String, _ count: Int64, timeout: Double = 60) async throws {
+        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)/+"])
+        defer { Task { await collector.close() } }
+        _ = try await collector.wait(timeout: timeout, description: "\(service) took \(count) messages") { [self] messages in
+            newestHealth(messages).values.reduce(0) { $0 + $1.processed } >= count
+        }
+    }
+
+    /// The newest health of each of the `instances` instances of `service`.
+    public func health(_ service: String, instances: Int) async throws -> [String: Health] {
+        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)/+"])
+        defer { Task { await collector.close() } }
+        let messages = try await collector.wait(timeout: 10, description: "\(service)'s health") { [self] in
+            newestHealth($0).count >= instances
+        }
+        return newestHealth(messages)
     }
 
     /// Every instance's last health, by instance id, in the order the broker

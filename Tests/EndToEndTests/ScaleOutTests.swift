@@ -85,6 +85,52 @@ extension HeavySuites {
 
         /// Each device's stored raw fixes are all it sent, each judged once;
         /// its accepted fixes are stored once by track and delivered once.
+        /// A broker that loses every queue and session (restarted without
+        /// persistence) while the consumers are behind: what it forgot
+        /// between the services is repaired from the producers' logs, per
+        /// partition, and the partitions' sessions and leases come back.
+        @Test func aBrokerThatForgetsEverythingLosesNothingBetweenTheServices() async throws {
+            // Two partitions, so that what waits for each stalled session is more than the
+            // broker sends ahead of acknowledgements (1,000 a session), and the broker holds it.
+            let fleet = try ScaledConstellation(partitions: 2, persistentBroker: false)
+            defer { fleet.stopAll() }
+            try fleet.startAll("a")
+            try fleet.startAll("b")
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            var client = try await fleet.client()
+            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
+                "retryMaxDelaySec": .number(0.5)]))
+            #expect(synced.ok, "\(synced)")
+            await client.disconnect()
+
+            let fixes = try Self.fixes(count: 700)
+            let publisher = try await fleet.client()
+            let half = fixes.count / 7
+            try await Replay.publish(Array(fixes[0..<half]), with: publisher)
+            // The consumers stall while the gateway takes the rest: it all waits at the broker when the broker goes.
+            let consumers = ["filter", "motion", "track", "uploader"].flatMap { service in
+                ["a", "b"].compactMap { fleet.instances[service]?[$0]?.process }
+            }
+            consumers.forEach { $0.kill(SIGSTOP) }
+            try await Replay.publish(Array(fixes[half...]), with: publisher)
+            try await fleet.waitProcessed("gateway", Int64(fixes.count))
+            await publisher.disconnect()
+            try fleet.broker.restart(graceful: true)
+            consumers.forEach { $0.kill(SIGCONT) }
+            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            client = try await fleet.client()
+            try await Self.expectEachOnce(published: fixes, fleet: fleet, client: client)
+            // The repair is what brought the stalled consumers' queues back: else the test proved nothing.
+            let health = try await fleet.health("filter", instances: 2)
+            let repaired = health.values.reduce(0) { $0 + ($1.counters?["repaired"] ?? 0) }
+            let gaps = health.values.reduce(0) { $0 + ($1.counters?["streamGaps"] ?? 0) }
+            print("scale out, broker without persistence restarted: the filters repaired \(repaired) raw fixes")
+            #expect(repaired > 0)
+            #expect(gaps == 0)
+            await client.disconnect()
+        }
+
         /// `resentAllowed`: an uploader killed mid-request sends that batch
         /// again (with the same `Idempotency-Key`), so its points may arrive twice.
         static func expectEachOnce(published: [(device: String, payload: String)], fleet: ScaledConstellation,

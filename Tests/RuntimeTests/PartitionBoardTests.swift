@@ -21,6 +21,9 @@ import Testing
         var gone: Set<String> = []
         /// Starts refused because another instance still held the store.
         var lockRefusals = 0
+        /// Health comes every this many steps (a quarter second each).
+        var healthEvery = 1
+        private var steps = 0
 
         init(count: Int) { self.count = count }
 
@@ -80,9 +83,12 @@ import Testing
         /// One tick of every instance (250 ms), health exchanged first.
         mutating func step() {
             nowMs += 250
+            steps += 1
             let live = Array(boards.keys)
             for name in live {
-                for other in live where other != name { boards[name]!.member(other, liveUntilMs: nowMs + 15_000) }
+                if steps % healthEvery == 0 {
+                    for other in live where other != name { boards[name]!.member(other, liveUntilMs: nowMs + 15_000) }
+                }
                 for other in gone { boards[name]!.member(other, liveUntilMs: nil) }
             }
             for name in live.sorted() {
@@ -229,6 +235,26 @@ import Testing
         a.member("b", liveUntilMs: 20_000)
         #expect(a.tick(nowMs: 3_250) == [.stop(0)])
         #expect(a.stopped(0) == [], "no release: the lease is b's")
+    }
+
+    /// A broker that stops sends every client's will: each instance hears
+    /// all the others die, just before its own connection drops. Back on a
+    /// restarted broker, it waits for their health before deciding anything,
+    /// so nothing changes hands.
+    @Test func aBrokerRestartMovesNoPartition() {
+        var cluster = Cluster(count: 16)
+        cluster.add("a"); cluster.add("b"); cluster.add("c")
+        #expect(cluster.settle() != nil)
+        let before = cluster.running
+        cluster.healthEvery = 4  // every second
+        let names = Array(cluster.boards.keys)
+        for name in names {
+            for other in names where other != name { cluster.boards[name]!.member(other, liveUntilMs: nil) }
+            cluster.boards[name]!.reconnected(nowMs: cluster.nowMs, quietMs: 1_500)
+        }
+        for _ in 0..<40 { cluster.step() }
+        #expect(cluster.running == before)
+        #expect(cluster.leases.values.map(\.epoch).max() == 1, "no partition was claimed again")
     }
 
     @Test func theAssignmentKeepsHoldersWithinTheirShare() {

@@ -54,7 +54,7 @@ struct PartitionBoard: Sendable {
     /// other instances' claims of the same moment arrive meanwhile.
     let settleMs: Int64
     /// Nothing is claimed before this: the retained leases and members arrive first.
-    let quietUntilMs: Int64
+    private(set) var quietUntilMs: Int64
     /// Other instances of the service, and until when each counts as live.
     private(set) var members: [String: Int64] = [:]
     private(set) var leases: [Int: Lease] = [:]
@@ -68,6 +68,17 @@ struct PartitionBoard: Sendable {
 
     /// The partitions running here now.
     var running: [Int] { slots.compactMap { if case .running = $0.value { $0.key } else { nil } }.sorted() }
+
+    /// The control connection is back after a drop. What it heard of the
+    /// others before is stale: a broker that stops sends every client's
+    /// will, so each instance heard all the others die. Nothing is claimed
+    /// until each live instance's health came again (`quietMs`: two health
+    /// intervals), and claims not yet confirmed are dropped.
+    mutating func reconnected(nowMs: Int64, quietMs: Int64) {
+        members.removeAll()
+        quietUntilMs = nowMs + quietMs
+        slots = slots.filter { if case .claimed = $0.value { false } else { true } }
+    }
 
     mutating func member(_ instance: String, liveUntilMs: Int64?) {
         guard instance != me else { return }

@@ -84,8 +84,13 @@ final class PartitionedService<Row>: @unchecked Sendable {
         control.setHandler { [self] in take($0) }
         let heapTrims = HeapTrims(counters: counters, clock: context.clock)
         control.setPeriodic(every: .milliseconds(250)) { [self] in
-            act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) })
+            // Disconnected, it hears neither leases nor health: it decides nothing (see `reconnected`).
+            if control.isConnected { act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) }) }
             heapTrims.trimIfDue()
+        }
+        let quietMs = 2 * Int64(context.settings.healthIntervalSec * 1000) + 500
+        control.setOnConnect { [self] reconnect in
+            if reconnect { board.withLock { $0.reconnected(nowMs: context.clock.nowMs(), quietMs: quietMs) } }
         }
         control.setOnTakenOver { [self] in
             logger.error("another process took over this instance's session: two instances run with the instance id "
@@ -149,6 +154,9 @@ final class PartitionedService<Row>: @unchecked Sendable {
             case .start(let k):
                 Task.detached { [self] in start(k) }
             case .stop(let k):
+                let (lease, live) = board.withLock { ($0.leases[k], $0.liveMembers(nowMs: context.clock.nowMs())) }
+                logger.info("handing over", ["slot": "\(k)", "lease": lease.map { "\($0.owner) \($0.epoch) \($0.untilMs)" } ?? "none",
+                                             "instances": live.joined(separator: ",")])
                 guard let run = runs.withLock({ $0[k] }) else {
                     act(board.withLock { $0.stopped(k) })
                     continue
