@@ -1,0 +1,108 @@
+import Bus
+import Foundation
+import Model
+import TestSupport
+
+/// `tracker-bench scale-out [N] [ROUNDS]`: the whole product as one
+/// instance per service (as always: `partitions` 1), as one instance per
+/// service with the devices in 16 partitions, and as two instances per
+/// service over the same partitions, on fresh brokers, alternating for
+/// ROUNDS rounds (2). Each run sends N fixes (20,000) of twenty noisy
+/// drives as fast as the broker acknowledges, and is timed until every
+/// service has taken what reached it and the sink holds every accepted
+/// point; it prints fixes per second, each run's ratio to the one-instance
+/// line of its round, and the CPU time per fix of every process (the
+/// broker's included), which says what a fix costs wherever it runs: on a
+/// machine with more cores, instances add capacity as long as that cost per
+/// fix stays flat.
+enum ScaleOutBench {
+    struct Setup {
+        let name: String
+        let partitions: Int
+        let instances: [String]
+    }
+
+    static let setups = [
+        Setup(name: "one instance each, unpartitioned", partitions: 1, instances: ["a"]),
+        Setup(name: "one instance each, 16 partitions", partitions: 16, instances: ["a"]),
+        Setup(name: "two instances each, 16 partitions", partitions: 16, instances: ["a", "b"]),
+    ]
+
+    static func run(count: Int, rounds: Int) async throws {
+        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+        let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).dropFirst(700).map(\.fix)) }
+        let perDevice = (count + 19) / 20
+        guard perDevice <= drives.map(\.count).min()! else { throw TestSupportError("scale-out: at most \(20 * drives.map(\.count).min()!) fixes") }
+        for round in 1...rounds {
+            var baseline: Double?
+            for setup in setups {
+                let (rate, cpu) = try await measure(setup, drives: drives, perDevice: perDevice)
+                baseline = baseline ?? rate
+                print(String(format: "round %d, %@: %.0f fixes/s (%.2f of one instance unpartitioned); CPU per fix %@",
+                             round, setup.name as NSString, rate, rate / baseline!, cpu as NSString))
+            }
+        }
+    }
+
+    static func measure(_ setup: Setup, drives: [[DeviceFix]], perDevice: Int) async throws -> (Double, String) {
+        let fleet = try ScaledConstellation(partitions: setup.partitions, config: ["logLevel": "warning"])
+        defer { fleet.stopAll() }
+        for name in setup.instances { try fleet.startAll(name) }
+        let health = try await MessageCollector(port: fleet.broker.port, filters: ["tracker/_health/#"])
+        defer { Task { await health.close() } }
+        // Every service online, and partitioned ones sharing every partition.
+        _ = try await health.wait(timeout: 60, description: "every instance online") { messages in
+            let online = fleet.newestHealth(messages).values.filter { $0.status == .online }
+            return ScaledConstellation.services.allSatisfy { service in
+                let mine = online.filter { $0.service == service }
+                guard mine.count == setup.instances.count else { return false }
+                return setup.partitions == 1 || Set(mine.flatMap { $0.partitions ?? [] }).count == setup.partitions
+            }
+        }
+        let client = try await fleet.client()
+        _ = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+            "url": .string(fleet.sinkURL), "batchSize": .number(500)]))
+        // CPU time by process kind, a service's instances added up.
+        func cpu() -> [String: Double] {
+            var spent: [String: Double] = ["broker": (fleet.broker.cpu.map { $0.user + $0.system }) ?? 0]
+            for service in ScaledConstellation.services {
+                for name in setup.instances {
+                    if let time = fleet.instances[service]?[name]?.process?.cpu { spent[service, default: 0] += time.user + time.system }
+                }
+            }
+            return spent
+        }
+        let before = cpu()
+        let start = ContinuousClock.now
+        for i in 0..<perDevice {
+            for (device, drive) in drives.enumerated() {
+                while client.inFlight > 2_000 { await Task.yield() }
+                try client.publish(MQTTMessage(topic: "tracker/scale\(device)/fixes", string: DemoRecording.line(drive[i])))
+            }
+        }
+        await client.drain(timeout: .seconds(3_600))
+        let total = Int64(perDevice * drives.count)
+        @Sendable func sum(_ messages: [MQTTMessage], _ service: String, _ value: (Health) -> Int64) -> Int64 {
+            fleet.newestHealth(messages).values.filter { $0.service == service }.reduce(0) { $0 + value($1) }
+        }
+        // The filters took every fix, then motion, the track and the uploader every point the filters accepted.
+        let filtered = try await health.wait(timeout: 3_600, description: "the filters took every fix") { sum($0, "filter", \.processed) >= total }
+        let accepted = sum(filtered, "filter") { $0.counters?["accepted"] ?? 0 }
+        _ = try await health.wait(timeout: 3_600, description: "the consumers took every accepted point") { messages in
+            ["motion", "track", "uploader"].allSatisfy { sum(messages, $0, \.processed) >= accepted }
+        }
+        let deadline = ContinuousClock.now + .seconds(600)
+        while fleet.sink!.points().count < accepted {
+            guard ContinuousClock.now < deadline else { throw TestSupportError("scale-out: the sink holds \(fleet.sink!.points().count) of \(accepted) points") }
+            _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 60)
+        }
+        let seconds = (ContinuousClock.now - start).seconds
+        let after = cpu()
+        let perFix = after.keys.sorted().map { key in
+            String(format: "%@ %.0f µs", key as NSString, (after[key]! - (before[key] ?? 0)) / Double(total) * 1e6)
+        }
+        let all = after.keys.reduce(0.0) { $0 + after[$1]! - (before[$1] ?? 0) } / Double(total) * 1e6
+        await client.disconnect()
+        return (Double(total) / seconds, perFix.joined(separator: ", ") + String(format: " (%.0f µs in all)", all))
+    }
+}
