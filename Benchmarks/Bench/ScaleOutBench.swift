@@ -22,20 +22,22 @@ enum ScaleOutBench {
         let instances: [String]
     }
 
-    static let setups = [
-        Setup(name: "one instance each, unpartitioned", partitions: 1, instances: ["a"]),
-        Setup(name: "one instance each, 16 partitions", partitions: 16, instances: ["a"]),
-        Setup(name: "two instances each, 16 partitions", partitions: 16, instances: ["a", "b"]),
-    ]
+    /// `SCALE_PARTITIONS=P`: the partitions of the partitioned lines (16).
+    static func setups(partitions: Int) -> [Setup] {
+        [Setup(name: "one instance each, unpartitioned", partitions: 1, instances: ["a"]),
+         Setup(name: "one instance each, \(partitions) partitions", partitions: partitions, instances: ["a"]),
+         Setup(name: "two instances each, \(partitions) partitions", partitions: partitions, instances: ["a", "b"])]
+    }
 
     static func run(count: Int, rounds: Int) async throws {
+        let partitions = try environmentNumber("SCALE_PARTITIONS", minimum: 2) ?? 16
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).dropFirst(700).map(\.fix)) }
         let perDevice = (count + 19) / 20
         guard perDevice <= drives.map(\.count).min()! else { throw TestSupportError("scale-out: at most \(20 * drives.map(\.count).min()!) fixes") }
         for round in 1...rounds {
             var baseline: Double?
-            for setup in setups {
+            for setup in setups(partitions: partitions) {
                 let (rate, cpu) = try await measure(setup, drives: drives, perDevice: perDevice)
                 baseline = baseline ?? rate
                 print(String(format: "round %d, %@: %.0f fixes/s (%.2f of one instance unpartitioned); CPU per fix %@",
@@ -45,6 +47,7 @@ enum ScaleOutBench {
     }
 
     static func measure(_ setup: Setup, drives: [[DeviceFix]], perDevice: Int) async throws -> (Double, String) {
+        // Health every 0.2 s (the tests' interval), so the run is timed to a fifth of a second.
         let fleet = try ScaledConstellation(partitions: setup.partitions, config: ["logLevel": "warning"])
         defer { fleet.stopAll() }
         for name in setup.instances { try fleet.startAll(name) }
@@ -64,7 +67,8 @@ enum ScaleOutBench {
             "url": .string(fleet.sinkURL), "batchSize": .number(500)]))
         // CPU time by process kind, a service's instances added up.
         func cpu() -> [String: Double] {
-            var spent: [String: Double] = ["broker": (fleet.broker.cpu.map { $0.user + $0.system }) ?? 0]
+            var spent: [String: Double] = ["broker": (fleet.broker.cpu.map { $0.user + $0.system }) ?? 0,
+                                           "sink": (fleet.sink?.cpu.map { $0.user + $0.system }) ?? 0]
             for service in ScaledConstellation.services {
                 for name in setup.instances {
                     if let time = fleet.instances[service]?[name]?.process?.cpu { spent[service, default: 0] += time.user + time.system }
@@ -86,11 +90,14 @@ enum ScaleOutBench {
             fleet.newestHealth(messages).values.filter { $0.service == service }.reduce(0) { $0 + value($1) }
         }
         // The filters took every fix, then motion, the track and the uploader every point the filters accepted.
+        let published = (ContinuousClock.now - start).seconds
         let filtered = try await health.wait(timeout: 3_600, description: "the filters took every fix") { sum($0, "filter", \.processed) >= total }
+        let filteredAt = (ContinuousClock.now - start).seconds
         let accepted = sum(filtered, "filter") { $0.counters?["accepted"] ?? 0 }
         _ = try await health.wait(timeout: 3_600, description: "the consumers took every accepted point") { messages in
             ["motion", "track", "uploader"].allSatisfy { sum(messages, $0, \.processed) >= accepted }
         }
+        let consumedAt = (ContinuousClock.now - start).seconds
         let deadline = ContinuousClock.now + .seconds(600)
         while fleet.sink!.points().count < accepted {
             guard ContinuousClock.now < deadline else { throw TestSupportError("scale-out: the sink holds \(fleet.sink!.points().count) of \(accepted) points") }
@@ -103,6 +110,8 @@ enum ScaleOutBench {
         }
         let all = after.keys.reduce(0.0) { $0 + after[$1]! - (before[$1] ?? 0) } / Double(total) * 1e6
         await client.disconnect()
-        return (Double(total) / seconds, perFix.joined(separator: ", ") + String(format: " (%.0f µs in all)", all))
+        let times = String(format: "published in %.1f s, filtered by %.1f, consumed by %.1f, at the sink by %.1f; ",
+                           published, filteredAt, consumedAt, seconds)
+        return (Double(total) / seconds, times + perFix.joined(separator: ", ") + String(format: " (%.0f µs in all)", all))
     }
 }

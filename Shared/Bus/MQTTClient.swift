@@ -307,6 +307,33 @@ public final class MQTTClient: @unchecked Sendable {
         if !loop.isLoopThread { loop.wake() }
     }
 
+    /// Several messages in order, as `publish` would each, under one lock and
+    /// with one wake-up of the network thread: a batch's output costs one
+    /// round of both, not one a message (many threads publishing on one
+    /// connection fought over the lock). Returns those refused, with why.
+    public func publish(all messages: [(MQTTMessage, Acknowledgement?)]) -> [(MQTTMessage, any Error)] {
+        guard !messages.isEmpty else { return [] }
+        var refused: [(MQTTMessage, any Error)] = []
+        let results: [Int32] = state.withLock { s in
+            messages.map { message, ack in
+                if message.qos == .atMostOnce { return send(message) }
+                guard s.resendsQueued, s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
+                    s.backlog.append(message, ack ?? { _ in })
+                    return MOSQ_ERR_SUCCESS.rawValue
+                }
+                return send(message, registering: ack ?? { _ in }, in: &s)
+            }
+        }
+        for ((message, ack), rc) in zip(messages, results) {
+            do {
+                try check(publishing: message, rc)
+                if message.qos == .atMostOnce { ack?(.success(())) }
+            } catch { refused.append((message, error)) }
+        }
+        if !loop.isLoopThread { loop.wake() }
+        return refused
+    }
+
     /// Hands one message to libmosquitto; the caller holds the state lock,
     /// so the PUBACK callback cannot run before the closure is registered.
     /// A QoS 1 message published while disconnected is queued by the library

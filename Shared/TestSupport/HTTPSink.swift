@@ -26,6 +26,8 @@ public final class HTTPSink: @unchecked Sendable {
     }
 
     public var url: String { "http://127.0.0.1:\(port)" }
+    /// The sink's own CPU time so far (seconds), for a bench to count.
+    public var cpu: (user: Double, system: Double)? { process.cpu }
 
     /// The requests received, one line each.
     public var lines: [Substring] { ((try? String(contentsOf: file, encoding: .utf8)) ?? "").split(separator: "\n") }

@@ -6,9 +6,35 @@ import Synchronization
 public protocol MessageBus: Sendable {
     /// Queues a message; `acknowledged` runs when the broker has it (QoS 1).
     func publish(_ message: MQTTMessage, acknowledged: MQTTClient.Acknowledgement?) throws
+    /// Queues several, in order; returns the error of each that was refused.
+    func publish(all messages: [(MQTTMessage, MQTTClient.Acknowledgement?)]) -> [(MQTTMessage, any Error)]
+}
+
+extension MessageBus {
+    public func publish(all messages: [(MQTTMessage, MQTTClient.Acknowledgement?)]) -> [(MQTTMessage, any Error)] {
+        messages.compactMap { message, ack in
+            do { try publish(message, acknowledged: ack); return nil } catch { return (message, error) }
+        }
+    }
 }
 
 extension MQTTClient: MessageBus {}
+
+/// Collects what a batch publishes, to hand the bus all of it at once.
+final class PublishQueue: MessageBus, @unchecked Sendable {
+    private(set) var messages: [(MQTTMessage, MQTTClient.Acknowledgement?)] = []
+
+    func publish(_ message: MQTTMessage, acknowledged: MQTTClient.Acknowledgement?) throws {
+        messages.append((message, acknowledged))
+    }
+
+    /// Hands everything to `bus` in order, and empties.
+    func flush(to bus: any MessageBus) -> [(MQTTMessage, any Error)] {
+        guard !messages.isEmpty else { return [] }
+        defer { messages.removeAll(keepingCapacity: true) }
+        return bus.publish(all: messages)
+    }
+}
 
 /// Publishes a service's stored internal messages at QoS 1 and follows the
 /// broker's acknowledgements per device, so the host can save "acknowledged

@@ -71,6 +71,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public let partition: Int?
 
     var batch = Batch()
+    /// What the committed batch publishes, handed to the bus at once.
+    let publishing = PublishQueue()
     var attempts = FailedAttempts()
     var consecutiveFailures = 0
     /// Wall-clock time the sweep last ran.
@@ -419,20 +421,32 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         // The last conflated message per topic wins.
         var latest: [String: Int] = [:]
         for (i, effect) in effects.items.enumerated() { if case .conflated(let topic, _) = effect { latest[topic] = i } }
+        // Handed to the bus together (one lock, one wake-up), in order; an
+        // action after the commit may publish itself, so what came before it goes first.
         for (i, effect) in effects.items.enumerated() {
             switch effect {
-            case .publish(let message): publish(message)
+            case .publish(let message): queue(message)
             case .conflated(let topic, let make):
-                if latest[topic] == i { publish(make()) } else { counters.count("conflated") }
+                if latest[topic] == i { queue(make()) } else { counters.count("conflated") }
             case .outbox(let device, let seq, let body):
-                do { try outbox?.send(device, seq: seq, body: body, on: bus) } catch {
-                    logger.warning("internal message refused by the client; republished at the next start",
-                                   ["device": device.rawValue, "seq": "\(seq)", "error": "\(error)"])
-                }
-            case .reply(let command, let reply): publish(CommandReplyMessage(command, reply).message(topics))
+                // Queued, it cannot fail here; a refusal comes back from the flush.
+                try? outbox?.send(device, seq: seq, body: body, on: publishing)
+            case .reply(let command, let reply): queue(CommandReplyMessage(command, reply).message(topics))
             case .count(let name, let n): counters.count(name, n)
-            case .afterCommit(let action): action()
+            case .afterCommit(let action):
+                flushPublishing()
+                action()
             }
+        }
+        flushPublishing()
+    }
+
+    func queue(_ message: MQTTMessage) { try? publishing.publish(message, acknowledged: nil) }
+
+    func flushPublishing() {
+        for (message, error) in publishing.flush(to: bus) {
+            logger.warning("message not published (an internal one is republished at the next start)",
+                           ["mqtt.topic": message.topic, "error": "\(error)"])
         }
     }
 

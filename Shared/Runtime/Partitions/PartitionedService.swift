@@ -32,6 +32,8 @@ final class PartitionedService<Row>: @unchecked Sendable {
     let logger: Logger
     private let board: Locked<PartitionBoard>
     private let runs = Locked<[Int: any OwnedRun]>([:])
+    /// Each partition's stream tips as last published, and how many healths since.
+    private let lastTips = Locked<[Int: (streams: [String: StreamTips], unchanged: Int)]>([:])
     /// Set when another process took this instance's control session: the instance ends.
     private let displaced = StopRequest()
 
@@ -52,11 +54,13 @@ final class PartitionedService<Row>: @unchecked Sendable {
                                 topic: context.topics.instanceHealth(context.name, settings.instance),
                                 partitionCount: settings.partitions, partitions: { board.withLock { $0.running } })
         counters.queueDepth { runs.withLock { $0.values.reduce(0) { $0 + ($1.counters?.currentQueueDepth ?? 0) } } }
-        // The instance id is its control session's client id: a second
+        // The instance id is its control connection's client id: a second
         // process with the same id would take it over (see `displaced`).
+        // A clean session: all it reads is retained, and an instance that
+        // never comes back must not leave a queue behind.
         control = try MQTTClient(MQTTOptions(
             host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
-            cleanStart: false, sessionExpirySec: 7 * 24 * 3600, keepAliveSec: 10, username: settings.mqttUsername,
+            cleanStart: true, keepAliveSec: 10, username: settings.mqttUsername,
             password: settings.mqttPassword, will: health.will, logger: context.logger))
         // The filters a partition's host reads, as the contract has them: a
         // throwaway host is not needed, the definition's routes tell.
@@ -268,15 +272,27 @@ final class PartitionedService<Row>: @unchecked Sendable {
 
     /// Each running partition's stream tips, on `{prefix}/_p/{k}/_health/{service}`,
     /// where that partition's consumers read them.
+    /// Published when they changed, and every tenth health anyway (retained:
+    /// a broker that lost its retained messages has them again soon).
     func tips() -> [MQTTMessage] {
         let running = runs.withLock { Array($0.values) }
+        let now = context.clock.nowMs()
         return running.compactMap { run in
             guard let streams = run.counters?.currentStreams,
                   let topic = topics.underPartition(run.k, topics.health(service)) else { return nil }
-            var h = health.health(.online)
-            h.streams = streams
-            h.counters = nil
-            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(h)), retain: true)
+            let due = lastTips.withLock { last -> Bool in
+                let previous = last[run.k]
+                guard previous?.streams != streams || (previous?.unchanged ?? 0) >= 9 else {
+                    last[run.k]!.unchanged += 1
+                    return false
+                }
+                last[run.k] = (streams, 0)
+                return true
+            }
+            guard due else { return nil }
+            let tips = Health(service: service, status: .online, version: TrackerVersion.current, startedMs: health.startedMs,
+                              timeMs: now, instance: context.settings.instance, streams: streams)
+            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(tips)), retain: true)
         }
     }
 }
