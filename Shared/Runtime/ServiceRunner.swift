@@ -72,11 +72,13 @@ public enum ServiceRunner {
             // With logins the broker names each connection after its account
             // (use_username_as_clientid, so no one can take over a service's
             // session by its client id): the output connection has its own,
-            // "<account>-out", with the same password.
+            // "<account>-out", with the same password. A partitioned service
+            // names its sessions itself, on a listener that keeps client ids
+            // (docs/scaling.md): every connection logs in as its account.
             output = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: "\(settings.instance)-out",
-                cleanStart: true, username: settings.mqttUsername.map { "\($0)-out" }, password: settings.mqttPassword,
-                logger: context.logger))
+                cleanStart: true, username: settings.mqttUsername.map { settings.partitions > 1 ? $0 : "\($0)-out" },
+                password: settings.mqttPassword, logger: context.logger))
             pressure = OutputPressure(limit: settings.outputBacklogMax, counters: counters)
             let definition = try define(context, reader)
             try reader.rejectUnknownKeys()

@@ -18,11 +18,24 @@ public final class ScaledConstellation: @unchecked Sendable {
     public let dataDirectories: [String: URL]
     public var sinkURL: String { "\(sink?.url ?? "http://127.0.0.1:9")/points" }
 
+    /// The password of every account, when logins are on (the services and trackerctl).
+    public let passwords: [String: String]
+
     /// `persistentBroker: false` runs a broker that keeps nothing across a restart.
-    public init(partitions: Int, config: [String: Any] = [:], persistentBroker: Bool = true) throws {
+    /// `logins`: the product's broker config and ACL; the services log in with
+    /// their accounts on the listener that keeps client ids (the operators').
+    public init(partitions: Int, config: [String: Any] = [:], persistentBroker: Bool = true, logins: Bool = false) throws {
         self.partitions = partitions
         self.config = config
-        broker = try TestBroker(persistent: persistentBroker)
+        var passwords: [String: String] = [:]
+        if logins {
+            for service in Self.services { passwords["tracker-\(service)"] = UUID().uuidString }
+            passwords["trackerctl"] = UUID().uuidString
+        }
+        self.passwords = passwords
+        broker = try TestBroker(persistent: persistentBroker, accounts: logins ? .init(
+            passwords, aclFile: Repository.root.appendingPathComponent("config/acl").path, operators: Set(passwords.keys)) : nil,
+                                messageSizeLimit: logins ? TestBroker.productMessageSizeLimit : nil)
         var directories: [String: URL] = [:]
         for service in Self.services {
             let directory = broker.directory.appendingPathComponent("data-\(service)")
@@ -41,7 +54,9 @@ public final class ScaledConstellation: @unchecked Sendable {
         let harness = try instances[service]?[name] ?? ServiceHarness(
             executable: "tracker-\(service)", broker: broker,
             config: ServiceHarness.fastHealth.merging(config) { _, given in given }.merging(["partitions": partitions]) { _, p in p },
-            environment: ["TRACKER_DATA_DIR": dataDirectories[service]!.path, "TRACKER_INSTANCE": Self.instanceID(service, name)])
+            environment: ["TRACKER_DATA_DIR": dataDirectories[service]!.path, "TRACKER_INSTANCE": Self.instanceID(service, name)]
+                .merging(passwords.isEmpty ? [:] : ["TRACKER_MQTT_PORT": "\(broker.operatorPort)", "TRACKER_MQTT_USERNAME": "tracker-\(service)",
+                                                    "TRACKER_MQTT_PASSWORD": passwords["tracker-\(service)"]!]) { _, login in login })
         instances[service, default: [:]][name] = harness
         try harness.start()
     }
@@ -62,16 +77,24 @@ public final class ScaledConstellation: @unchecked Sendable {
         sink?.stop()
     }
 
-    /// A client on the broker (anonymous: this constellation runs without logins).
+    /// A client on the broker: with logins, trackerctl on the operators' listener.
     public func client() async throws -> MQTTClient {
-        let client = try MQTTClient(MQTTOptions(port: broker.port, clientID: "scaled-test-\(UUID().uuidString.prefix(8))"))
+        let client = try MQTTClient(MQTTOptions(port: passwords.isEmpty ? broker.port : broker.operatorPort,
+                                                clientID: "scaled-test-\(UUID().uuidString.prefix(8))",
+                                                username: passwords.isEmpty ? nil : "trackerctl", password: passwords["trackerctl"]))
         try await client.connect()
         return client
     }
 
+    /// A collector of `filters`, logged in like `client()`.
+    public func collector(_ filters: [String]) async throws -> MessageCollector {
+        try await MessageCollector(port: passwords.isEmpty ? broker.port : broker.operatorPort, filters: filters,
+                                   username: passwords.isEmpty ? nil : "trackerctl", password: passwords["trackerctl"])
+    }
+
     /// Waits until the instances of `service` have taken `count` messages in all.
     public func waitProcessed(_ service: String, _ count: Int64, timeout: Double = 60) async throws {
-        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)/+"])
+        let collector = try await collector(["tracker/_health/\(service)/+"])
         defer { Task { await collector.close() } }
         _ = try await collector.wait(timeout: timeout, description: "\(service) took \(count) messages") { [self] messages in
             newestHealth(messages).values.reduce(0) { $0 + $1.processed } >= count
@@ -80,7 +103,7 @@ public final class ScaledConstellation: @unchecked Sendable {
 
     /// The newest health of each of the `instances` instances of `service`.
     public func health(_ service: String, instances: Int) async throws -> [String: Health] {
-        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)/+"])
+        let collector = try await collector(["tracker/_health/\(service)/+"])
         defer { Task { await collector.close() } }
         let messages = try await collector.wait(timeout: 10, description: "\(service)'s health") { [self] in
             newestHealth($0).count >= instances
@@ -106,7 +129,7 @@ public final class ScaledConstellation: @unchecked Sendable {
     public func waitShared(_ service: String, among names: [String], timeout: Double = 60) async throws -> Duration {
         let started = ContinuousClock.now
         let ids = Set(names.map { Self.instanceID(service, $0) })
-        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)/+"])
+        let collector = try await collector(["tracker/_health/\(service)/+"])
         defer { Task { await collector.close() } }
         let count = partitions
         _ = try await collector.wait(timeout: timeout, description: "\(service)'s partitions shared by \(names.sorted())") { [self] messages in

@@ -54,8 +54,10 @@ extension HeavySuites {
             await client.disconnect()
         }
 
+        /// With the product's broker config and ACL: the services log in with
+        /// their accounts on the listener that keeps client ids.
         @Test func scalingOneTwoThreeTwoMidStreamLosesNothing() async throws {
-            let fleet = try ScaledConstellation(partitions: Self.partitions)
+            let fleet = try ScaledConstellation(partitions: Self.partitions, logins: true)
             defer { fleet.stopAll() }
             try fleet.startAll("a")
             for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a"]) }

@@ -62,8 +62,6 @@ final class PartitionedService<Row>: @unchecked Sendable {
             host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
             cleanStart: true, keepAliveSec: 10, username: settings.mqttUsername,
             password: settings.mqttPassword, will: health.will, logger: context.logger))
-        // The filters a partition's host reads, as the contract has them: a
-        // throwaway host is not needed, the definition's routes tell.
         forwarder = Forwarder(topics: context.topics, partitioning: partitioning, output: output, logger: context.logger)
     }
 
@@ -73,8 +71,9 @@ final class PartitionedService<Row>: @unchecked Sendable {
     func run() async -> Int32 {
         let probe: ServiceHost<Row>
         do {
-            // The forwarded filters and command names come from the routes,
-            // which need a store to be wired: an in-memory one.
+            // What the ingress forwards (the contract's filters a partition
+            // reads, the command names it answers) comes from the routes,
+            // which are wired to a store: a host on an in-memory one tells.
             probe = try ServiceHost(definition, databasePath: ":memory:", bus: output, topics: topics, logger: logger,
                                     counters: HealthCounters(), clock: context.clock, instance: "\(context.settings.instance)-probe")
         } catch {
@@ -97,8 +96,10 @@ final class PartitionedService<Row>: @unchecked Sendable {
             if reconnect { board.withLock { $0.reconnected(nowMs: context.clock.nowMs(), quietMs: quietMs) } }
         }
         control.setOnTakenOver { [self] in
-            logger.error("another process took over this instance's session: two instances run with the instance id "
-                         + "'\(context.settings.instance)'; this one stops")
+            logger.error("another connection took over this instance's session: two instances run with the instance id "
+                         + "'\(context.settings.instance)', or the broker names connections after their account "
+                         + "(use_username_as_clientid) where a partitioned service needs a listener that keeps client ids "
+                         + "(docs/scaling.md); this one stops")
             displaced.request()
         }
 
@@ -130,6 +131,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
     func take(_ message: MQTTMessage) {
         if let slot = topics.leaseSlot(message.topic, service: service),
            let k = slot == "ingress" ? partitioning.count : Int(slot) {
+            // One it cannot read counts as none: at worst a claim, which the fences stop.
             let lease = message.payload.isEmpty ? nil : try? JSONCoding.decoder.decode(Lease.self, from: Data(message.payload))
             board.withLock { $0.lease(k, lease) }
         } else if let instance = topics.healthInstance(message.topic, service: service) {
@@ -170,10 +172,10 @@ final class PartitionedService<Row>: @unchecked Sendable {
         }
     }
 
-    // With logins, the broker names each connection after its account: a
-    // partition's session and the ingress log in as accounts of their own,
-    // the same for every instance (the session is the fence), with the
-    // instance's password; the instance's own connections as its account.
+    // Every connection logs in as the service's account (with logins, on a
+    // listener that keeps the client ids asked for: docs/scaling.md), and
+    // names its session itself: a partition's and the ingress's are the same
+    // in every instance, which is what makes the session a fence.
 
     /// Opens partition k's store (once the last owner has let go of it) and
     /// session, and runs its host until it is stopped or its session is taken.
@@ -192,7 +194,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             let partitionCounters = HealthCounters(forwardingTo: counters)
             let input = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
-                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { _ in name },
+                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, logger: logger))
             let host = try ServiceHost(definition, databasePath: path, bus: output, topics: topics.partitioned(partitioning),
                                        logger: logger, counters: partitionCounters, clock: context.clock,
@@ -223,7 +225,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             let name = "tracker-\(service)-in"
             let client = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
-                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername.map { _ in name },
+                sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, logger: logger))
             run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder)
         } catch {
