@@ -179,7 +179,8 @@ public struct CommonSettings: Sendable {
     public var topicPrefix: String
     /// The first level of the OwnTracks topics the gateway takes (`owntracks`).
     public var ownTracksTopic: String
-    /// Instance id: the MQTT client id and health identity. Defaults to the service name.
+    /// Instance id: the MQTT client id and health identity. Defaults to the
+    /// service name; with partitions, to the service name and the host's.
     public var instance: String
     public var healthIntervalSec: Double
     public var logLevel: LogLevel
@@ -222,7 +223,11 @@ public struct CommonSettings: Sendable {
         guard !ownTracksTopic.isEmpty, !ownTracksTopic.contains(where: { "/+#".contains($0) }), ownTracksTopic != topicPrefix else {
             throw ConfigError("ownTracksTopic", "must be one non-empty topic level without / + #, other than topicPrefix, got '\(ownTracksTopic)'")
         }
-        instance = try reader.string("instance", default: "tracker-\(service)")
+        partitions = try reader.int("partitions", default: 1, in: 1...1_024)
+        // Instances of a partitioned service each need their own id: by
+        // default the machine's (a container's, a pod's) host name.
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "host"
+        instance = try reader.string("instance", default: partitions > 1 ? "tracker-\(service)-\(host)" : "tracker-\(service)")
         guard DeviceID(instance) != nil else {
             throw ConfigError("instance", "use 1–64 of A-Z a-z 0-9 . _ -, got '\(instance)'")
         }
@@ -241,7 +246,6 @@ public struct CommonSettings: Sendable {
             throw ConfigError("repairRetrySec", "must not exceed repairTimeoutSec (\(repairTimeout)), got \(repairRetry)")
         }
         repair = RepairSettings(retryMs: Int64(repairRetry * 1000), timeoutMs: Int64(repairTimeout * 1000))
-        partitions = try reader.int("partitions", default: 1, in: 1...1_024)
         leaseSec = try reader.double("leaseSec", default: 10, in: 2...600)
         let prefix = topicPrefix
         replyTopicPrefixes = try reader.optionalString("replyTopicPrefixes").map { list in

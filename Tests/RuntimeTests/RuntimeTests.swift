@@ -55,6 +55,20 @@ final class OutOfOrderBus: MessageBus, @unchecked Sendable {
         #expect(settings.mqttPort == 2883 && settings.instance == "tracker-gateway")
     }
 
+    /// Instances of a partitioned service need distinct ids: each takes its
+    /// host's name unless given one (a pod's, a container's).
+    @Test func aPartitionedInstanceIsNamedAfterItsHost() throws {
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init)!
+        let partitioned = try CommonSettings(service: "filter", reader([:], env: ["TRACKER_PARTITIONS": "16"]))
+        #expect(partitioned.partitions == 16 && partitioned.instance == "tracker-filter-\(host)")
+        let named = try CommonSettings(service: "filter", reader([:], env: ["TRACKER_PARTITIONS": "16", "TRACKER_INSTANCE": "filter-a"]))
+        #expect(named.instance == "filter-a")
+        #expect(try CommonSettings(service: "filter", reader([:])).partitions == 1)
+        #expect { try CommonSettings(service: "filter", reader(["partitions": .number(0)])) } throws: {
+            ($0 as? ConfigError)?.setting == "partitions"
+        }
+    }
+
     @Test func badSettingsNameThemselves() throws {
         #expect { try CommonSettings(service: "g", reader(["mqttPort": .number(70_000)])) } throws: {
             ($0 as? ConfigError)?.setting == "mqttPort"
