@@ -14,13 +14,15 @@ for account in tracker-gateway tracker-filter tracker-motion tracker-track track
   mosquitto_passwd -b "$dir/passwords" "$account" "$secret"
   # A service's output connection logs in as its twin, with the same password
   # (tracker-http has one connection of its own, so no twin). The operators'
-  # listener admits trackerctl and the services (their health checks run
-  # trackerctl there as the service), never a device or a page.
+  # listener admits trackerctl and the services (they connect there, as it
+  # keeps the client ids a partitioned service names its sessions with, and
+  # their health checks run trackerctl there), never a device or a page.
   case $account in
     tracker-map) ;;
     trackerctl|tracker-http) mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
     tracker-*) mosquitto_passwd -b "$dir/passwords" "$account-out" "$secret"
-               mosquitto_passwd -b "$dir/operators" "$account" "$secret" ;;
+               mosquitto_passwd -b "$dir/operators" "$account" "$secret"
+               mosquitto_passwd -b "$dir/operators" "$account-out" "$secret" ;;
   esac
 done
 # The broker runs as the image's mosquitto user (uid 1883).

@@ -29,6 +29,10 @@ import Testing
         let users = try String(contentsOf: accounts.appendingPathComponent("passwords"), encoding: .utf8)
             .split(separator: "\n").map { String($0.prefix { $0 != ":" }) }
         #expect(Set(users) == Set(Constellation.services.flatMap { ["tracker-\($0)", "tracker-\($0)-out"] } + ["trackerctl", "tracker-map", "tracker-http"]))
+        // The services log in on the operators' listener (it keeps the client ids a partitioned service names).
+        let operators = try String(contentsOf: accounts.appendingPathComponent("operators"), encoding: .utf8)
+            .split(separator: "\n").map { String($0.prefix { $0 != ":" }) }
+        #expect(Set(operators) == Set(Constellation.services.flatMap { ["tracker-\($0)", "tracker-\($0)-out"] } + ["trackerctl", "tracker-http"]))
 
         // compose/mosquitto.conf as the broker container reads it, on free ports and local paths.
         let (port, operatorPort, webPort, gatePort) = (try freeListenerPort(), try freeListenerPort(), try freeListenerPort(), try freeListenerPort())
@@ -58,11 +62,11 @@ import Testing
             #expect((response as? HTTPURLResponse)?.statusCode == 200 && String(decoding: data, as: UTF8.self).contains(marker), "\(path)")
         }
 
-        // The gateway as its container runs it: its account, the password from the file.
+        // The gateway as its container runs it: its account, the password from the file, on the operators' listener.
         let gatewayData = dir.appendingPathComponent("gateway")
         try FileManager.default.createDirectory(at: gatewayData, withIntermediateDirectories: true)
         var environment = ProcessInfo.processInfo.environment
-        environment.merge(["TRACKER_MQTT_PORT": "\(port)", "TRACKER_MQTT_USERNAME": "tracker-gateway",
+        environment.merge(["TRACKER_MQTT_PORT": "\(operatorPort)", "TRACKER_MQTT_USERNAME": "tracker-gateway",
                            "TRACKER_MQTT_PASSWORD_FILE": accounts.appendingPathComponent("tracker-gateway").path,
                            "TRACKER_DATA_DIR": gatewayData.path]) { $1 }
         try #"{"healthIntervalSec": 0.5}"#.write(to: gatewayData.appendingPathComponent("config.json"), atomically: true, encoding: .utf8)
