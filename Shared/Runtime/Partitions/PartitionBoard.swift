@@ -53,7 +53,9 @@ struct PartitionBoard: Sendable {
     /// How long a claim must stand before the partition is started: the
     /// other instances' claims of the same moment arrive meanwhile.
     let settleMs: Int64
-    /// Nothing is claimed before this: the retained leases and members arrive first.
+    /// Nothing is claimed before this: the leases and the other instances'
+    /// health arrive first (retained, or, on a broker that keeps retained
+    /// messages on one node only, with their next renewal or health).
     private(set) var quietUntilMs: Int64
     /// Other instances of the service, and until when each counts as live.
     private(set) var members: [String: Int64] = [:]
@@ -61,9 +63,10 @@ struct PartitionBoard: Sendable {
     private(set) var slots: [Int: Slot] = [:]
     private var renewedMs: [Int: Int64] = [:]
 
-    init(me: String, count: Int, leaseMs: Int64, settleMs: Int64, nowMs: Int64) {
+    /// `quietMs`: how long to listen before the first claim (at least `settleMs`).
+    init(me: String, count: Int, leaseMs: Int64, settleMs: Int64, quietMs: Int64 = 0, nowMs: Int64) {
         self.me = me; self.count = count; self.leaseMs = leaseMs; self.settleMs = settleMs
-        quietUntilMs = nowMs + settleMs
+        quietUntilMs = nowMs + max(settleMs, quietMs)
     }
 
     /// The partitions running here now.

@@ -44,9 +44,13 @@ final class PartitionedService<Row>: @unchecked Sendable {
         self.output = output; self.pressure = pressure; self.tickInterval = tickInterval
         logger = context.logger
         partitioning = Partitioning(count: settings.partitions)
-        // The partitions, and one more slot: the ingress.
-        let board = Locked(PartitionBoard(me: settings.instance, count: settings.partitions + 1,
-                                         leaseMs: Int64(settings.leaseSec * 1000), settleMs: 1_000, nowMs: context.clock.nowMs()))
+        // The partitions, and one more slot: the ingress. Before its first
+        // claim it listens for two health intervals and a renewal's time, so it
+        // knows the others even where the broker did not keep their retained
+        // messages (a clustered ejabberd keeps them on one node only).
+        let leaseMs = Int64(settings.leaseSec * 1000)
+        let board = Locked(PartitionBoard(me: settings.instance, count: settings.partitions + 1, leaseMs: leaseMs, settleMs: 1_000,
+                                         quietMs: max(Self.quietMs(settings), leaseMs / 3 + 500), nowMs: context.clock.nowMs()))
         self.board = board
         let runs = self.runs
         health = HealthReporter(service: context.name, instance: settings.instance, topics: context.topics,
@@ -64,6 +68,9 @@ final class PartitionedService<Row>: @unchecked Sendable {
             password: settings.mqttPassword, will: health.will, logger: context.logger))
         forwarder = Forwarder(topics: context.topics, partitioning: partitioning, output: output, logger: context.logger)
     }
+
+    /// Two health intervals: by then each live instance has said so again.
+    static func quietMs(_ settings: CommonSettings) -> Int64 { 2 * Int64(settings.healthIntervalSec * 1000) + 500 }
 
     var service: String { context.name }
     var topics: Topics { context.topics }
@@ -91,7 +98,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             if control.isConnected { act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) }) }
             heapTrims.trimIfDue()
         }
-        let quietMs = 2 * Int64(context.settings.healthIntervalSec * 1000) + 500
+        let quietMs = Self.quietMs(context.settings)
         control.setOnConnect { [self] reconnect in
             if reconnect { board.withLock { $0.reconnected(nowMs: context.clock.nowMs(), quietMs: quietMs) } }
         }
