@@ -257,6 +257,41 @@ import Testing
         #expect(cluster.leases.values.map(\.epoch).max() == 1, "no partition was claimed again")
     }
 
+    /// An instance cut off from the broker (its network, or its broker node,
+    /// gone) stops its partitions after half a lease, before the others can
+    /// take them when its leases run out: no partition runs twice, and no
+    /// store lock ever has to refuse the new owner.
+    @Test func anInstanceCutOffStopsItsPartitionsBeforeOthersTakeThem() {
+        var cluster = Cluster(count: 8)
+        cluster.add("a"); cluster.add("b")
+        #expect(cluster.settle() != nil)
+        var a = cluster.boards.removeValue(forKey: "a")!  // cut off: it hears nothing, and nothing it says arrives
+        let cutAt = cluster.nowMs
+        let lastHealth = cluster.nowMs
+        var exclusive = true, fenced = false
+        for _ in 0..<120 {
+            cluster.nowMs += 250
+            if !fenced, cluster.nowMs - cutAt >= cluster.leaseMs / 2 {
+                for effect in a.fence() {
+                    if case .stop(let k) = effect {
+                        cluster.running["a"]?.remove(k)
+                        if cluster.locks[k] == "a" { cluster.locks[k] = nil }
+                        #expect(a.stopped(k) == [], "no release: it cannot reach the broker")
+                    }
+                }
+                fenced = true
+            }
+            cluster.boards["b"]!.member("a", liveUntilMs: lastHealth + 15_000)
+            let effects = cluster.boards["b"]!.tick(nowMs: cluster.nowMs)
+            cluster.apply(effects, of: "b")
+            exclusive = exclusive && cluster.isExclusive
+        }
+        #expect(a.running.isEmpty)
+        #expect(cluster.running["b"] == Set(0..<8))
+        #expect(exclusive)
+        #expect(cluster.lockRefusals == 0)
+    }
+
     @Test func theAssignmentKeepsHoldersWithinTheirShare() {
         let holders: [String?] = ["a", "a", "a", "a", nil, nil, "b", "x"]
         let owners = PartitionBoard.assign(count: 8, members: ["a", "b", "c"], holders: holders)

@@ -100,6 +100,24 @@ struct PartitionBoard: Sendable {
         slots[k] = ok ? .running(epoch: epoch) : .claimed(epoch: epoch, atMs: nowMs)
     }
 
+    /// Cut off from the broker for half a lease: it can renew nothing, and
+    /// the others may take its partitions once its leases run out, so it
+    /// stops every one now, before they can (it keeps the leases: releasing
+    /// needs the broker, and they run out by themselves).
+    mutating func fence() -> [Effect] {
+        var effects: [Effect] = []
+        for (k, slot) in slots.sorted(by: { $0.key < $1.key }) {
+            switch slot {
+            case .claimed: slots[k] = nil
+            case .starting(let epoch), .running(let epoch):
+                slots[k] = .stopping(epoch: epoch, release: false)
+                effects.append(.stop(k))
+            case .stopping: continue
+            }
+        }
+        return effects
+    }
+
     /// The instance is stopping: partition k is being stopped, and released once it is.
     mutating func leaving(_ k: Int) {
         guard let slot = slots[k] else { return }

@@ -94,7 +94,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
         control.setHandler { [self] in take($0) }
         let heapTrims = HeapTrims(counters: counters, clock: context.clock)
         control.setPeriodic(every: .milliseconds(250)) { [self] in
-            // Disconnected, it hears neither leases nor health: it decides nothing (see `reconnected`).
+            // Disconnected, it hears neither leases nor health: it decides nothing (see `reconnected` and `watchCutOff`).
             if control.isConnected { act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) }) }
             heapTrims.trimIfDue()
         }
@@ -117,7 +117,8 @@ final class PartitionedService<Row>: @unchecked Sendable {
             logger.info("service started", ["service": service, "instance": context.settings.instance,
                                             "partitions": "\(partitioning.count)", "version": TrackerVersion.current])
         }
-        let partitionsPart = PartitionsPart(stopAll: { [self] in await stopAll() }, displaced: displaced)
+        let partitionsPart = PartitionsPart(stopAll: { [self] in await stopAll() }, displaced: displaced,
+                                            watch: { [self, cutOff = Locked<Int64?>(nil)] in watchCutOff(since: cutOff) })
         let healthPart = HealthPart(health, on: output, logger: logger, ready: { [control] in control.isSubscribed },
                                     alongside: { [self] in tips() })
         let lifecycle = Lifecycle([Lifecycle.Part("output", outputPart), Lifecycle.Part("partitions", partitionsPart),
@@ -131,6 +132,22 @@ final class PartitionedService<Row>: @unchecked Sendable {
             logger.error("stopped: a part ended by itself", ["part": part, "error": error ?? "none"])
             return 1
         }
+    }
+
+    /// Every quarter second while the instance runs (the control connection's
+    /// thread does not tick while it reconnects): cut off from the broker for
+    /// half a lease, it stops what it runs (see `PartitionBoard.fence`).
+    func watchCutOff(since cutOff: Locked<Int64?>) {
+        let now = context.clock.nowMs()
+        guard !control.isConnected else { cutOff.withLock { $0 = nil }; return }
+        let since = cutOff.withLock { since in since ?? { since = now; return now }() }
+        guard now - since >= Int64(context.settings.leaseSec * 1000) / 2 else { return }
+        let effects = board.withLock { $0.fence() }
+        if !effects.isEmpty {
+            logger.warning("cut off from the broker; stopping every partition before its lease runs out",
+                           ["seconds": "\((now - since) / 1000)"])
+        }
+        act(effects)
     }
 
     // MARK: Control messages (control's network thread)
@@ -381,10 +398,12 @@ final class IngressRun: OwnedRun {
 final class PartitionsPart: LongRunning {
     let stopAll: @Sendable () async -> Void
     let displaced: StopRequest
+    /// Called every quarter second until stopped.
+    let watch: @Sendable () -> Void
     private let stopping = StopRequest()
 
-    init(stopAll: @escaping @Sendable () async -> Void, displaced: StopRequest) {
-        self.stopAll = stopAll; self.displaced = displaced
+    init(stopAll: @escaping @Sendable () async -> Void, displaced: StopRequest, watch: @escaping @Sendable () -> Void) {
+        self.stopAll = stopAll; self.displaced = displaced; self.watch = watch
     }
 
     struct Displaced: Error, CustomStringConvertible {
@@ -395,6 +414,12 @@ final class PartitionsPart: LongRunning {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.stopping.wait() }
             group.addTask { await self.displaced.wait() }
+            group.addTask {
+                while !Task.isCancelled {
+                    self.watch()
+                    await self.stopping.wait(atMost: .milliseconds(250))
+                }
+            }
             await group.next()
             group.cancelAll()
         }
