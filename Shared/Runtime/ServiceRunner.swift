@@ -134,6 +134,11 @@ public enum ServiceRunner {
                                   + [Lifecycle.Part("input", inputPart), Lifecycle.Part("health", healthPart)], logger: logger)
         let ending = await lifecycle.run()
         host.close()
+        return exitCode(after: ending, logger: logger)
+    }
+
+    /// 0 after a signal, 1 when a part ended by itself; said in the log.
+    static func exitCode(after ending: Lifecycle.Ending, logger: Logger) -> Int32 {
         switch ending {
         case .signal:
             logger.info("stopped")

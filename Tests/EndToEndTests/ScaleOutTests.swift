@@ -29,10 +29,7 @@ extension HeavySuites {
             try fleet.startAll("b")
             for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
             let client = try await fleet.client()
-            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
-                "retryMaxDelaySec": .number(0.5)]))
-            #expect(synced.ok, "\(synced)")
+            try await Self.syncToSink(fleet, with: client)
 
             let fixes = try Self.fixes(count: 500)
             let publisher = try await fleet.client()
@@ -62,10 +59,7 @@ extension HeavySuites {
             try fleet.startAll("a")
             for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a"]) }
             let client = try await fleet.client()
-            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
-                "retryMaxDelaySec": .number(0.5)]))
-            #expect(synced.ok, "\(synced)")
+            try await Self.syncToSink(fleet, with: client)
 
             let fixes = try Self.fixes(count: 400)
             let publisher = try await fleet.client()
@@ -85,6 +79,14 @@ extension HeavySuites {
             await client.disconnect()
         }
 
+        /// Points the uploader at the fleet's sink, retrying fast after a failure.
+        static func syncToSink(_ fleet: ScaledConstellation, with client: MQTTClient) async throws {
+            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
+                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
+                "retryMaxDelaySec": .number(0.5)]))
+            #expect(synced.ok, "\(synced)")
+        }
+
         /// Each device's stored raw fixes are all it sent, each judged once;
         /// its accepted fixes are stored once by track and delivered once.
         /// A broker that loses every queue and session (restarted without
@@ -100,10 +102,7 @@ extension HeavySuites {
             try fleet.startAll("b")
             for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
             var client = try await fleet.client()
-            let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-                "url": .string(fleet.sinkURL), "batchSize": .number(200), "retryBaseDelaySec": .number(0.05),
-                "retryMaxDelaySec": .number(0.5)]))
-            #expect(synced.ok, "\(synced)")
+            try await Self.syncToSink(fleet, with: client)
             await client.disconnect()
 
             let fixes = try Self.fixes(count: 700)

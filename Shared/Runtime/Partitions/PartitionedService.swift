@@ -123,15 +123,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
                                     alongside: { [self] in tips() })
         let lifecycle = Lifecycle([Lifecycle.Part("output", outputPart), Lifecycle.Part("partitions", partitionsPart),
                                    Lifecycle.Part("control", controlPart), Lifecycle.Part("health", healthPart)], logger: logger)
-        let ending = await lifecycle.run()
-        switch ending {
-        case .signal:
-            logger.info("stopped")
-            return 0
-        case .partEnded(let part, let error):
-            logger.error("stopped: a part ended by itself", ["part": part, "error": error ?? "none"])
-            return 1
-        }
+        return ServiceRunner.exitCode(after: await lifecycle.run(), logger: logger)
     }
 
     /// Every quarter second while the instance runs (the control connection's
@@ -208,9 +200,11 @@ final class PartitionedService<Row>: @unchecked Sendable {
         let name = "tracker-\(service)-p\(k)"
         let path = "\(settings.dataDir)/\(name).sqlite"
         let run: PartitionRun<Row>
+        var held: StoreLock?
         do {
             _ = try context.databasePath()  // the directory, made 0700
-            guard let lock = try StoreLock(path: path + ".lock") else {
+            held = try StoreLock(path: path + ".lock")
+            guard let lock = held else {
                 logger.info("partition's store still held by its last owner; trying again", ["partition": "\(k)"])
                 board.withLock { $0.started(k, ok: false, nowMs: context.clock.nowMs()) }
                 return
@@ -230,6 +224,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
                                        partition: k, pause: { [input] in input.holdReading(for: $0) })
             run = PartitionRun(k: k, host: host, input: input, counters: partitionCounters, lock: lock)
         } catch {
+            held?.release()
             logger.error("cannot start a partition; trying again", ["partition": "\(k)", "error": "\(error)"])
             board.withLock { $0.started(k, ok: false, nowMs: context.clock.nowMs()) }
             return
