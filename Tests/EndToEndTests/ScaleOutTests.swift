@@ -31,7 +31,7 @@ extension HeavySuites {
             let client = try await fleet.client()
             try await Self.syncToSink(fleet, with: client)
 
-            let fixes = try Self.fixes(count: 500)
+            let fixes = try Self.fixes(count: 300)
             let publisher = try await fleet.client()
             let slice = fixes.count / (ScaledConstellation.services.count + 1)
             var takeovers: [String: Duration] = [:]
@@ -61,7 +61,7 @@ extension HeavySuites {
             let client = try await fleet.client()
             try await Self.syncToSink(fleet, with: client)
 
-            let fixes = try Self.fixes(count: 400)
+            let fixes = try Self.fixes(count: 300)
             let publisher = try await fleet.client()
             let quarter = fixes.count / 4
             try await Replay.publish(Array(fixes[0..<quarter]), with: publisher)
