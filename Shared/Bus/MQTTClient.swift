@@ -123,8 +123,6 @@ public final class MQTTClient: @unchecked Sendable {
         state.withLock { $0.handler = handler }
     }
 
-    /// Called on the network thread after every successful (re)connect,
-    /// before any message of that connection is handled.
     /// MQTT 5's reason code for a session another connection took over.
     static let sessionTakenOver: Int32 = 0x8E
 
@@ -134,6 +132,8 @@ public final class MQTTClient: @unchecked Sendable {
         state.withLock { $0.onTakenOver = hook }
     }
 
+    /// Called on the network thread after every successful (re)connect,
+    /// before any message of that connection is handled.
     public func setOnConnect(_ hook: @escaping @Sendable (_ reconnect: Bool) -> Void) {
         state.withLock { $0.onConnect = hook }
     }
