@@ -244,8 +244,10 @@ struct Ctl {
         }
         if let check {
             let named = rows.filter { $0.service == check && (instance == nil || $0.instance == instance) }
-            // One instance, or (partitioned) one of them, when named.
-            if let h = named.first(where: { $0.partitionCount == nil || instance != nil }) {
+            // A partitioned service's instances answer for it (a health of its unpartitioned past may linger, retained).
+            let partitioned = instance == nil && named.contains { $0.partitionCount != nil }
+            // One instance, or (partitioned) the one named.
+            if !partitioned, let h = named.first {
                 let age = Double(now - h.timeMs) / 1000, interval = Double(h.intervalMs ?? 5_000) / 1000
                 guard isLive(h) else {
                     fail("\(check): \(h.status.rawValue), last heard \(Int(age)) s ago (interval \(interval) s)", code: 1)
@@ -254,7 +256,7 @@ struct Ctl {
                 return
             }
             // A partitioned service as a whole: its live instances run every partition, and one the ingress.
-            guard let count = named.first?.partitionCount else { fail("\(check): no health published", code: 1) }
+            guard let count = named.compactMap(\.partitionCount).first else { fail("\(check): no health published", code: 1) }
             let live = named.filter(isLive)
             let owned = Set(live.flatMap { $0.partitions ?? [] })
             guard owned.count == count, live.contains(where: { $0.ingress == true }) else {

@@ -86,6 +86,21 @@ public final class ScaledConstellation: @unchecked Sendable {
         return client
     }
 
+    /// `trackerctl ARGUMENTS` against this broker, logged in like `client()`: its exit code and output.
+    public func trackerctl(_ arguments: [String]) throws -> (code: Int32?, output: String) {
+        var environment = ProcessInfo.processInfo.environment
+        environment["TRACKER_MQTT_PORT"] = "\(passwords.isEmpty ? broker.port : broker.operatorPort)"
+        if let password = passwords["trackerctl"] {
+            environment["TRACKER_MQTT_USERNAME"] = "trackerctl"
+            environment["TRACKER_MQTT_PASSWORD"] = password
+        }
+        let process = try ChildProcess(executable: ServiceHarness.binaryDirectory.appendingPathComponent("trackerctl").path,
+                                       arguments: arguments, environment: environment,
+                                       logFile: broker.directory.appendingPathComponent("ctl-\(UUID().uuidString.prefix(6)).log").path)
+        let code = process.wait(timeout: 30)
+        return (code, process.log)
+    }
+
     /// A collector of `filters`, logged in like `client()`.
     public func collector(_ filters: [String]) async throws -> MessageCollector {
         try await MessageCollector(port: passwords.isEmpty ? broker.port : broker.operatorPort, filters: filters,

@@ -73,6 +73,15 @@ extension HeavySuites {
             try await Replay.publish(Array(fixes[(2 * quarter)..<(3 * quarter)]), with: publisher)
             for service in ScaledConstellation.services { #expect(fleet.stop(service, "b") == 0, "\(service)-b's graceful stop") }  // 3 → 2
             for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "c"]) }
+            // The health check passes for the service as a whole, and for each instance; b's is offline now.
+            for service in ScaledConstellation.services {
+                let whole = try fleet.trackerctl(["health", "--wait", "0.5", "--check", service])
+                #expect(whole.code == 0, "\(whole.output)")
+                let gone = try fleet.trackerctl(["health", "--wait", "0.5", "--check", service, "--instance", ScaledConstellation.instanceID(service, "b")])
+                #expect(gone.code == 1, "\(gone.output)")
+            }
+            let table = try fleet.trackerctl(["health", "--wait", "0.5"])
+            #expect(table.output.contains("partitions "), "\(table.output)")
             try await Replay.publish(Array(fixes[(3 * quarter)...]), with: publisher)
             try await Self.expectEachOnce(published: fixes, fleet: fleet, client: client)
             await publisher.disconnect()
