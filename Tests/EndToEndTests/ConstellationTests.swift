@@ -130,6 +130,18 @@ enum Replay {
     struct DecisionRow: Decodable { var seq: Int64; var accepted: Bool; var reason: String }
     struct SeqRow: Decodable { var seq: Int64 }
 
+    /// Waits (until `deadline`) for the track to store the `accepted` seqs of
+    /// `device`, then expects each stored once.
+    static func expectStoredOnce(_ accepted: Set<Int64>, of device: String, with client: MQTTClient,
+                                 until deadline: ContinuousClock.Instant) async throws {
+        var stored: [SeqRow] = []
+        repeat {
+            stored = try await all("getPoints", of: device, with: client)
+        } while stored.count < accepted.count && ContinuousClock.now < deadline
+        #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
+                "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted; missing: \(HeavySuites.ExactlyOnceTests.ranges(accepted.subtracting(stored.map(\.seq))))")
+    }
+
     /// The filter's whole decision log for the device.
     static func decisions(of device: String, with client: MQTTClient) async throws -> [DecisionRow] {
         try await all("getDecisions", of: device, with: client)

@@ -87,12 +87,7 @@ extension HeavySuites {
                         "\(device): \(decisions.count) decisions (\(Set(decisions.map(\.seq)).count) distinct) for \(raw.count) stored raw fixes; never judged: \(Self.ranges(Set(raw.map(\.seq)).subtracting(decisions.map(\.seq))))")
                 let accepted = Set(decisions.filter(\.accepted).map(\.seq))
                 acceptedTotal += accepted.count
-                var stored: [Replay.SeqRow] = []
-                repeat {
-                    stored = try await Replay.all("getPoints", of: device, with: client)
-                } while stored.count < accepted.count && ContinuousClock.now < deadline
-                #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
-                        "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted; missing: \(Self.ranges(accepted.subtracting(stored.map(\.seq))))")
+                try await Replay.expectStoredOnce(accepted, of: device, with: client, until: deadline)
             }
             let sink = try await constellation.syncUntilSinkHolds(acceptedTotal, deadline: deadline, with: client)
             #expect(sink.count == acceptedTotal, "the sink holds \(sink.count) distinct of \(acceptedTotal) accepted points")

@@ -159,12 +159,7 @@ extension HeavySuites {
                         "\(device): \(decisions.count) decisions (\(Set(decisions.map(\.seq)).count) distinct) for \(raw.count) raw fixes")
                 let accepted = Set(decisions.filter(\.accepted).map(\.seq))
                 acceptedTotal += accepted.count
-                var stored: [Replay.SeqRow] = []
-                repeat {
-                    stored = try await Replay.all("getPoints", of: device, with: client)
-                } while stored.count < accepted.count && ContinuousClock.now < deadline
-                #expect(stored.count == accepted.count && Set(stored.map(\.seq)) == accepted,
-                        "\(device): track stored \(stored.count) rows (\(Set(stored.map(\.seq)).count) distinct) of \(accepted.count) accepted")
+                try await Replay.expectStoredOnce(accepted, of: device, with: client, until: deadline)
             }
             var points: [String: Int] = [:]
             while ContinuousClock.now < deadline {
