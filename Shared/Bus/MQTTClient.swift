@@ -284,27 +284,10 @@ public final class MQTTClient: @unchecked Sendable {
     /// library refuses outright (bad topic, too large), or for QoS 0 while
     /// disconnected.
     public func publish(_ message: MQTTMessage, acknowledged: Acknowledgement? = nil) throws {
-        if message.qos == .atMostOnce {
-            let rc = state.withLock { _ in send(message) }
-            try check(publishing: message, rc)
-            if !loop.isLoopThread { loop.wake() }
-            acknowledged?(.success(()))
-            return
-        }
-        let ack = acknowledged ?? { _ in }
-        let rc: Int32 = state.withLock { s in
-            // Behind a backlog, wait in line: order matters to consumers that skip old seqs.
-            // Until a new connection's resends are queued, wait too: libmosquitto resends
-            // the last connection's unacknowledged messages only once the CONNACK is read,
-            // and a message handed to it before would overtake them.
-            guard s.resendsQueued, s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
-                s.backlog.append(message, ack)
-                return MOSQ_ERR_SUCCESS.rawValue
-            }
-            return send(message, registering: ack, in: &s)
-        }
+        let rc = state.withLock { enqueue(message, acknowledged, in: &$0) }
         try check(publishing: message, rc)
         if !loop.isLoopThread { loop.wake() }
+        if message.qos == .atMostOnce { acknowledged?(.success(())) }
     }
 
     /// Several messages in order, as `publish` would each, under one lock and
@@ -314,16 +297,7 @@ public final class MQTTClient: @unchecked Sendable {
     public func publish(all messages: [(MQTTMessage, Acknowledgement?)]) -> [(MQTTMessage, any Error)] {
         guard !messages.isEmpty else { return [] }
         var refused: [(MQTTMessage, any Error)] = []
-        let results: [Int32] = state.withLock { s in
-            messages.map { message, ack in
-                if message.qos == .atMostOnce { return send(message) }
-                guard s.resendsQueued, s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
-                    s.backlog.append(message, ack ?? { _ in })
-                    return MOSQ_ERR_SUCCESS.rawValue
-                }
-                return send(message, registering: ack ?? { _ in }, in: &s)
-            }
-        }
+        let results: [Int32] = state.withLock { s in messages.map { enqueue($0, $1, in: &s) } }
         for ((message, ack), rc) in zip(messages, results) {
             do {
                 try check(publishing: message, rc)
@@ -332,6 +306,22 @@ public final class MQTTClient: @unchecked Sendable {
         }
         if !loop.isLoopThread { loop.wake() }
         return refused
+    }
+
+    /// One message handed on under the state lock: QoS 0 straight to the
+    /// library; QoS 1 behind a backlog waits in line (order matters to
+    /// consumers that skip old seqs), and so until a new connection's resends
+    /// are queued (libmosquitto resends the last connection's unacknowledged
+    /// messages only once the CONNACK is read, and a message handed to it
+    /// before would overtake them).
+    func enqueue(_ message: MQTTMessage, _ acknowledged: Acknowledgement?, in s: inout State) -> Int32 {
+        if message.qos == .atMostOnce { return send(message) }
+        let ack = acknowledged ?? { _ in }
+        guard s.resendsQueued, s.backlog.isEmpty, s.acks.count < Self.maxOutstanding else {
+            s.backlog.append(message, ack)
+            return MOSQ_ERR_SUCCESS.rawValue
+        }
+        return send(message, registering: ack, in: &s)
     }
 
     /// Hands one message to libmosquitto; the caller holds the state lock,

@@ -24,25 +24,29 @@ public final class HealthCounters: Sendable {
         var streams: [String: StreamTips]?
     }
 
-    /// Where every count also goes: a partition's counters count for its instance too.
+    /// Where the counts go instead, for a partition's counters: its
+    /// instance's health says them; the partition keeps only its own queue
+    /// depth and stream tips.
     private let parent: HealthCounters?
 
     public init(forwardingTo parent: HealthCounters? = nil) { self.parent = parent }
 
-    public func processed(_ n: Int64 = 1) { state.withLock { $0.processed += n }; parent?.processed(n) }
-    public func error(_ n: Int64 = 1) { state.withLock { $0.errors += n }; parent?.error(n) }
-    public func lag(_ ms: Int64) { state.withLock { $0.lagMs = max(0, ms) }; parent?.lag(ms) }
-    public func fixAge(_ ms: Int64) { state.withLock { $0.fixAgeMs = max(0, ms) }; parent?.fixAge(ms) }
+    public func processed(_ n: Int64 = 1) { if let parent { parent.processed(n) } else { state.withLock { $0.processed += n } } }
+    public func error(_ n: Int64 = 1) { if let parent { parent.error(n) } else { state.withLock { $0.errors += n } } }
+    public func lag(_ ms: Int64) { if let parent { parent.lag(ms) } else { state.withLock { $0.lagMs = max(0, ms) } } }
+    public func fixAge(_ ms: Int64) { if let parent { parent.fixAge(ms) } else { state.withLock { $0.fixAgeMs = max(0, ms) } } }
     public func queueDepth(_ n: Int64) { state.withLock { $0.queueDepth = n } }
     /// Reads the queue depth whenever health is published, instead of a set value.
     public func queueDepth(_ source: @escaping @Sendable () -> Int64) { queueDepthSource.withLock { $0.read = source } }
     /// Reads a producer's stream tips whenever health is published.
     public func streams(_ source: @escaping @Sendable () -> [String: StreamTips]) { streamsSource.withLock { $0.read = source } }
-    public func count(_ name: String, _ n: Int64 = 1) { state.withLock { $0.extra[name, default: 0] += n }; parent?.count(name, n) }
+    public func count(_ name: String, _ n: Int64 = 1) {
+        if let parent { parent.count(name, n) } else { state.withLock { $0.extra[name, default: 0] += n } }
+    }
     /// A figure that is set, not summed (the uploader's oldest queued point's age).
-    public func set(_ name: String, _ value: Int64?) { state.withLock { $0.extra[name] = value }; parent?.set(name, value) }
+    public func set(_ name: String, _ value: Int64?) { if let parent { parent.set(name, value) } else { state.withLock { $0.extra[name] = value } } }
     /// Sets (or, with nil, clears) the note health carries.
-    public func note(_ text: String?) { state.withLock { $0.note = text }; parent?.note(text) }
+    public func note(_ text: String?) { if let parent { parent.note(text) } else { state.withLock { $0.note = text } } }
 
     /// The queue depth as health would say it now.
     public var currentQueueDepth: Int64 {

@@ -209,6 +209,10 @@ public struct CommonSettings: Sendable {
     /// dead instance's partitions wait before a survivor takes them.
     public var leaseSec: Double
 
+    /// The machine's name up to its first dot (a container's or a pod's own);
+    /// read only where it names an instance.
+    static var hostName: String { ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "host" }
+
     public init(service: String, _ reader: SettingsReader) throws {
         mqttHost = try reader.string("mqttHost", default: "127.0.0.1")
         mqttPort = try reader.int("mqttPort", default: 1883, in: 1...65_535)
@@ -226,8 +230,7 @@ public struct CommonSettings: Sendable {
         partitions = try reader.int("partitions", default: 1, in: 1...1_024)
         // Instances of a partitioned service each need their own id: by
         // default the machine's (a container's, a pod's) host name.
-        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "host"
-        instance = try reader.string("instance", default: partitions > 1 ? "tracker-\(service)-\(host)" : "tracker-\(service)")
+        instance = try reader.string("instance", default: partitions > 1 ? "tracker-\(service)-\(Self.hostName)" : "tracker-\(service)")
         guard DeviceID(instance) != nil else {
             throw ConfigError("instance", "use 1–64 of A-Z a-z 0-9 . _ -, got '\(instance)'")
         }

@@ -51,14 +51,20 @@ public final class ScaledConstellation: @unchecked Sendable {
 
     /// Starts instance `name` of `service` (again, after a stop or kill).
     public func start(_ service: String, _ name: String) throws {
-        let harness = try instances[service]?[name] ?? ServiceHarness(
+        let harness = try instances[service]?[name] ?? process(service, name)
+        instances[service, default: [:]][name] = harness
+        try harness.start()
+    }
+
+    /// A process of instance `name` of `service`, not started: its settings,
+    /// the service's shared data directory, its login.
+    public func process(_ service: String, _ name: String) throws -> ServiceHarness {
+        try ServiceHarness(
             executable: "tracker-\(service)", broker: broker,
             config: ServiceHarness.fastHealth.merging(config) { _, given in given }.merging(["partitions": partitions]) { _, p in p },
             environment: ["TRACKER_DATA_DIR": dataDirectories[service]!.path, "TRACKER_INSTANCE": Self.instanceID(service, name)]
                 .merging(passwords.isEmpty ? [:] : ["TRACKER_MQTT_PORT": "\(broker.operatorPort)", "TRACKER_MQTT_USERNAME": "tracker-\(service)",
                                                     "TRACKER_MQTT_PASSWORD": passwords["tracker-\(service)"]!]) { _, login in login })
-        instances[service, default: [:]][name] = harness
-        try harness.start()
     }
 
     /// Starts instance `name` of every service.
@@ -135,6 +141,11 @@ public final class ScaledConstellation: @unchecked Sendable {
             newest[instance] = health
         }
         return newest
+    }
+
+    /// `waitShared` for every service, in turn.
+    public func waitEveryServiceShared(among names: [String], timeout: Double = 60) async throws {
+        for service in Self.services { try await waitShared(service, among: names, timeout: timeout) }
     }
 
     /// Waits until the online instances of `service` are exactly `names`,

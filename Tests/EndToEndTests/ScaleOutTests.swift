@@ -27,7 +27,7 @@ extension HeavySuites {
             defer { fleet.stopAll() }
             try fleet.startAll("a")
             try fleet.startAll("b")
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "b"])
             let client = try await fleet.client()
             try await Self.syncToSink(fleet, with: client)
 
@@ -43,7 +43,7 @@ extension HeavySuites {
                 try fleet.start(service, "a")
             }
             try await Replay.publish(Array(fixes[(ScaledConstellation.services.count * slice)...]), with: publisher)
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "b"])
             print("scale out, kill -9 in turn: survivors took over in \(takeovers.mapValues { "\($0)" })")
             for (service, took) in takeovers { #expect(took < .seconds(15), "\(service): the survivor took \(took)") }
             try await Self.expectEachOnce(published: fixes, fleet: fleet, client: client, resentAllowed: true)
@@ -57,7 +57,7 @@ extension HeavySuites {
             let fleet = try ScaledConstellation(partitions: Self.partitions, logins: true)
             defer { fleet.stopAll() }
             try fleet.startAll("a")
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a"]) }
+            try await fleet.waitEveryServiceShared(among: ["a"])
             let client = try await fleet.client()
             try await Self.syncToSink(fleet, with: client)
 
@@ -66,13 +66,13 @@ extension HeavySuites {
             let quarter = fixes.count / 4
             try await Replay.publish(Array(fixes[0..<quarter]), with: publisher)
             try fleet.startAll("b")  // 1 → 2
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "b"])
             try await Replay.publish(Array(fixes[quarter..<(2 * quarter)]), with: publisher)
             try fleet.startAll("c")  // 2 → 3
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b", "c"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "b", "c"])
             try await Replay.publish(Array(fixes[(2 * quarter)..<(3 * quarter)]), with: publisher)
             for service in ScaledConstellation.services { #expect(fleet.stop(service, "b") == 0, "\(service)-b's graceful stop") }  // 3 → 2
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "c"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "c"])
             // The health check passes for the service as a whole, and for each instance; b's is offline now.
             for service in ScaledConstellation.services {
                 let whole = try fleet.trackerctl(["health", "--wait", "0.5", "--check", service])
@@ -96,8 +96,6 @@ extension HeavySuites {
             #expect(synced.ok, "\(synced)")
         }
 
-        /// Each device's stored raw fixes are all it sent, each judged once;
-        /// its accepted fixes are stored once by track and delivered once.
         /// A broker that loses every queue and session (restarted without
         /// persistence) while the consumers are behind: what it forgot
         /// between the services is repaired from the producers' logs, per
@@ -109,7 +107,7 @@ extension HeavySuites {
             defer { fleet.stopAll() }
             try fleet.startAll("a")
             try fleet.startAll("b")
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "b"])
             var client = try await fleet.client()
             try await Self.syncToSink(fleet, with: client)
             await client.disconnect()
@@ -128,7 +126,7 @@ extension HeavySuites {
             await publisher.disconnect()
             try fleet.broker.restart(graceful: true)
             consumers.forEach { $0.kill(SIGCONT) }
-            for service in ScaledConstellation.services { try await fleet.waitShared(service, among: ["a", "b"]) }
+            try await fleet.waitEveryServiceShared(among: ["a", "b"])
             client = try await fleet.client()
             try await Self.expectEachOnce(published: fixes, fleet: fleet, client: client)
             // The repair is what brought the stalled consumers' queues back: else the test proved nothing.
@@ -141,6 +139,8 @@ extension HeavySuites {
             await client.disconnect()
         }
 
+        /// Each device's stored raw fixes are all it sent, each judged once;
+        /// its accepted fixes are stored once by track and delivered once.
         /// `resentAllowed`: an uploader killed mid-request sends that batch
         /// again (with the same `Idempotency-Key`), so its points may arrive twice.
         static func expectEachOnce(published: [(device: String, payload: String)], fleet: ScaledConstellation,

@@ -22,6 +22,23 @@ public struct ServiceDefinition<Row> {
     }
 }
 
+extension ServiceDefinition {
+    /// Gives `db` the host's tables and the service's own.
+    func migrate(_ db: Database) throws {
+        var migrator = Migrator()
+        for (name, sql) in HostStore.migrations + migrations { migrator.register(name, sql) }
+        try migrator.migrate(db)
+    }
+
+    /// The routes on a throwaway in-memory store: what the service reads and
+    /// answers, known without running it (a partitioned instance's ingress).
+    func routesAlone() throws -> Routes<Row> {
+        let db = try Database(path: ":memory:")
+        try migrate(db)
+        return try wire(db)
+    }
+}
+
 /// What the service does with messages, commands and time.
 public struct Routes<Row> {
     public var inputs: [InputRoute<Row>]
@@ -46,6 +63,27 @@ public struct Routes<Row> {
         self.inputs = inputs; self.commands = commands; self.outbox = outbox; self.retention = retention
         self.sweep = sweep; self.answersUnknownCommands = answersUnknownCommands; self.batchAbandoned = batchAbandoned
         self.worker = worker
+    }
+}
+
+extension Routes {
+    /// The commands it answers: every name, for the service that answers unknown ones.
+    func commandFilters(_ topics: Topics) -> [String] {
+        answersUnknownCommands ? [topics.anyCommand] : commands.map { topics.allCommands(named: $0.name) }
+    }
+
+    /// What reaches a partitioned service from outside, on the contract's
+    /// topics, for its ingress to forward to the device's partition: its
+    /// inputs from devices and other services' events, and its commands.
+    /// (The internal streams come partitioned already.)
+    func forwardedFilters(_ topics: Topics) -> [(filter: String, wanted: (([UInt8]) -> Bool)?)] {
+        inputs.filter { !$0.sequenced }.map { ($0.filter(topics), $0.wanted) } + commandFilters(topics).map { ($0, nil) }
+    }
+
+    /// Whether a command of this name is this service's to answer: its own,
+    /// or, for the service that answers unknown ones, any no service owns.
+    func answers(command name: String) -> Bool {
+        commands.contains { $0.name == name } || (answersUnknownCommands && !CommandCatalog.all.contains(name))
     }
 }
 

@@ -110,9 +110,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             throw ConfigError("dataDir", "the store \(databasePath) cannot be used (\(error)); move it aside to start "
                               + "with an empty store (downstream services are told: producerReset), or restore a backup")
         }
-        var migrator = Migrator()
-        for (name, sql) in HostStore.migrations + definition.migrations { migrator.register(name, sql) }
-        try migrator.migrate(db)
+        try definition.migrate(db)
         let store = try HostStore(db: db)
         self.store = store
         let identity = try db.transaction { try store.epoch(nowMs: clock.nowMs()) }
@@ -182,29 +180,11 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// What to subscribe to: every input, and the commands (all names, for the
     /// service that answers unknown ones).
     public var subscriptions: [String] {
-        let contract = routes.inputs.map { $0.filter(topics) } + commandFilters + tipTopics.keys.sorted()
+        let contract = routes.inputs.map { $0.filter(topics) } + routes.commandFilters(topics) + tipTopics.keys.sorted()
         let own = partition.map { k in contract.compactMap { topics.underPartition(k, $0) } } ?? contract
         return own + (tipTopics.isEmpty ? [] : [repairReplyTopic])
     }
 
-    /// The commands it answers: every name, for the service that answers unknown ones.
-    public var commandFilters: [String] {
-        routes.answersUnknownCommands ? [topics.anyCommand] : routes.commands.map { topics.allCommands(named: $0.name) }
-    }
-
-    /// What reaches a partitioned service from outside, on the contract's
-    /// topics, for the instance that takes it to forward to the device's
-    /// partition: its inputs from devices and other services' events, and
-    /// its commands. (The internal streams come partitioned already.)
-    public var forwardedFilters: [(filter: String, wanted: (([UInt8]) -> Bool)?)] {
-        routes.inputs.filter { !$0.sequenced }.map { ($0.filter(topics), $0.wanted) } + commandFilters.map { ($0, nil) }
-    }
-
-    /// Whether a command of this name is this service's to answer: its own,
-    /// or, for the service that answers unknown ones, any no service owns.
-    public func answers(command name: String) -> Bool {
-        commands[name] != nil || (routes.answersUnknownCommands && !CommandCatalog.all.contains(name))
-    }
 
     // MARK: Messages (network thread)
 

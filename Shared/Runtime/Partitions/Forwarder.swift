@@ -6,41 +6,42 @@ import TrackerLog
 
 /// What reaches a partitioned service on the contract's topics (a device's
 /// fixes, OwnTracks messages, commands, another service's events), taken by
-/// whichever instance the broker's shared subscription hands it to and
-/// published again under the device's partition, where its owner reads.
-/// The batch it came in is acknowledged only once the broker holds every
-/// copy, so a message taken is never lost with the instance.
-final class Forwarder: Sendable {
-    typealias Filter = (filter: String, wanted: (([UInt8]) -> Bool)?)
+/// the service's ingress session and published again under the device's
+/// partition, where its owner reads. The batch it came in is acknowledged
+/// only once the broker holds every copy, so a message taken is never lost
+/// with the instance.
+final class Forwarder: @unchecked Sendable {
+    /// A contract filter the ingress subscribes to, its levels split once,
+    /// and the payload test of the input it stands for.
+    struct Filter {
+        let filter: String
+        let levels: [Substring]
+        let wanted: (([UInt8]) -> Bool)?
+    }
     let topics: Topics
     let partitioning: Partitioning
     let output: MQTTClient
     let logger: Logger
-    private struct Config: @unchecked Sendable {
-        var filters: [Filter] = []
-        var answers: (String) -> Bool = { _ in false }
-    }
-    private let config = Mutex(Config())
+    let filters: [Filter]
+    /// Whether a command name is this service's (another's is forwarded by that service's ingress).
+    let answers: (String) -> Bool
     private let unacknowledged = Unacknowledged()
 
-    init(topics: Topics, partitioning: Partitioning, output: MQTTClient, logger: Logger) {
+    init<Row>(routes: Routes<Row>, topics: Topics, partitioning: Partitioning, output: MQTTClient, logger: Logger) {
         self.topics = topics; self.partitioning = partitioning; self.output = output; self.logger = logger
+        filters = routes.forwardedFilters(topics).map {
+            Filter(filter: $0.filter, levels: $0.filter.split(separator: "/", omittingEmptySubsequences: false), wanted: $0.wanted)
+        }
+        answers = { routes.answers(command: $0) }
     }
 
-    /// The contract's filters to take, each with its payload test, and which command names are the service's.
-    func configure(filters: [Filter], answers: @escaping (String) -> Bool) {
-        config.withLock { $0 = Config(filters: filters, answers: answers) }
-    }
-
-    var filters: [Filter] { config.withLock { $0.filters } }
-
-    /// On the control connection's network thread.
+    /// On the ingress connection's network thread.
     func forward(_ message: MQTTMessage) {
-        let config = self.config.withLock { $0 }
-        guard let match = config.filters.first(where: { Self.matches($0.filter, message.topic) }) else { return }
+        let levels = message.topic.split(separator: "/", omittingEmptySubsequences: false)
+        guard let match = filters.first(where: { Self.matches($0.levels, levels) }) else { return }
         if let wanted = match.wanted, !wanted(message.payload) { return }
         if case .command(let device, let name) = topics.parse(message.topic) {
-            guard config.answers(name) else { return }  // another service's: its own instances forward it
+            guard answers(name) else { return }  // another service's: its own instances forward it
             if device == .fleet {
                 // Every partition holds its share of the fleet's state; the first answers.
                 for k in 0..<partitioning.count { send(message, to: k, replying: k == 0) }
@@ -70,10 +71,10 @@ final class Forwarder: Sendable {
     /// copy; false after 10 s, and the batch comes again.
     func waitForwarded() -> Bool { unacknowledged.waitForNone(timeout: 10) }
 
-    /// MQTT topic filter matching (`+` one level, `#` the rest).
-    static func matches(_ filter: String, _ topic: String) -> Bool {
-        var f = filter.split(separator: "/", omittingEmptySubsequences: false)[...]
-        var t = topic.split(separator: "/", omittingEmptySubsequences: false)[...]
+    /// MQTT topic filter matching (`+` one level, `#` the rest), on levels.
+    static func matches(_ filter: [Substring], _ topic: [Substring]) -> Bool {
+        var f = filter[...]
+        var t = topic[...]
         while let level = f.first {
             if level == "#" { return true }
             guard let name = t.first, level == "+" || level == name else { return false }

@@ -66,7 +66,15 @@ final class PartitionedService<Row>: @unchecked Sendable {
             host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
             cleanStart: true, keepAliveSec: 10, username: settings.mqttUsername,
             password: settings.mqttPassword, will: health.will, logger: context.logger))
-        forwarder = Forwarder(topics: context.topics, partitioning: partitioning, output: output, logger: context.logger)
+        // What the ingress forwards comes from the routes, known without a running host.
+        do {
+            forwarder = Forwarder(routes: try definition.routesAlone(), topics: context.topics, partitioning: partitioning,
+                                  output: output, logger: context.logger)
+        } catch {
+            throw ConfigError("partitions", "cannot read the service's routes: \(error)")
+        }
+        // Made once: each partition's store is opened in it.
+        _ = try context.databasePath()
     }
 
     /// Two health intervals: by then each live instance has said so again.
@@ -76,18 +84,6 @@ final class PartitionedService<Row>: @unchecked Sendable {
     var topics: Topics { context.topics }
 
     func run() async -> Int32 {
-        let probe: ServiceHost<Row>
-        do {
-            // What the ingress forwards (the contract's filters a partition
-            // reads, the command names it answers) comes from the routes,
-            // which are wired to a store: a host on an in-memory one tells.
-            probe = try ServiceHost(definition, databasePath: ":memory:", bus: output, topics: topics, logger: logger,
-                                    counters: HealthCounters(), clock: context.clock, instance: "\(context.settings.instance)-probe")
-        } catch {
-            logger.error("cannot read the service's routes", ["error": "\(error)"])
-            return 2
-        }
-        forwarder.configure(filters: probe.forwardedFilters, answers: { probe.answers(command: $0) })
         let refusals = RefusalLog(logger: logger, counters: counters, clock: context.clock)
         output.setOnRefused { refusals.note(topic: $0, code: $1) }
         control.setOnRefused { refusals.note(topic: $0, code: $1) }
@@ -202,7 +198,6 @@ final class PartitionedService<Row>: @unchecked Sendable {
         let run: PartitionRun<Row>
         var held: StoreLock?
         do {
-            _ = try context.databasePath()  // the directory, made 0700
             held = try StoreLock(path: path + ".lock")
             guard let lock = held else {
                 logger.info("partition's store still held by its last owner; trying again", ["partition": "\(k)"])
