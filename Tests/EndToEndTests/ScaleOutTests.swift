@@ -88,6 +88,24 @@ extension HeavySuites {
             await client.disconnect()
         }
 
+        /// Two processes started with one instance id: the second takes the
+        /// first's control connection, and the first stops with exit code 1,
+        /// saying why, instead of the two running partitions side by side.
+        @Test func aSecondProcessWithTheSameInstanceIdStopsTheFirstSayingWhy() async throws {
+            let fleet = try ScaledConstellation(partitions: 2)
+            defer { fleet.stopAll() }
+            try fleet.start("gateway", "a")
+            try await fleet.waitShared("gateway", among: ["a"])
+            let twin = try fleet.process("gateway", "a")
+            try twin.start()
+            defer { twin.stop() }
+            let first = try #require(fleet.instances["gateway"]?["a"]?.process)
+            #expect(first.wait(timeout: 30) == 1)
+            #expect(first.log.contains("two instances run with the instance id 'tracker-gateway-a'"), "\(first.log.suffix(2_000))")
+            // The one left runs every partition.
+            try await fleet.waitShared("gateway", among: ["a"])
+        }
+
         /// Points the uploader at the fleet's sink, retrying fast after a failure.
         static func syncToSink(_ fleet: ScaledConstellation, with client: MQTTClient) async throws {
             let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([

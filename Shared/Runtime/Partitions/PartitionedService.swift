@@ -98,13 +98,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
         control.setOnConnect { [self] reconnect in
             if reconnect { board.withLock { $0.reconnected(nowMs: context.clock.nowMs(), quietMs: quietMs) } }
         }
-        control.setOnTakenOver { [self] in
-            logger.error("another connection took over this instance's session: two instances run with the instance id "
-                         + "'\(context.settings.instance)', or the broker names connections after their account "
-                         + "(use_username_as_clientid) where a partitioned service needs a listener that keeps client ids "
-                         + "(docs/scaling.md); this one stops")
-            displaced.request()
-        }
+        control.setOnTakenOver { [self] in displace(because: "another connection took over its control session") }
 
         let subscriptions = [topics.leases(service), topics.instanceHealth(service, "+")]
         let outputPart = ConnectionPart(output, farewell: { [health] in health.message(.offline) }, logger: logger)
@@ -138,6 +132,17 @@ final class PartitionedService<Row>: @unchecked Sendable {
         act(effects)
     }
 
+    /// Another process runs with this instance id (or the broker renames
+    /// connections after their account, so every one of this instance's
+    /// takes the others'): this one, the older, stops.
+    func displace(because reason: String) {
+        guard !displaced.isRequested else { return }
+        logger.error("\(reason): two instances run with the instance id '\(context.settings.instance)', or the broker names "
+                     + "connections after their account (use_username_as_clientid) where a partitioned service needs a "
+                     + "listener that keeps client ids (docs/scaling.md); this one stops")
+        displaced.request()
+    }
+
     // MARK: Control messages (control's network thread)
 
     func take(_ message: MQTTMessage) {
@@ -148,6 +153,12 @@ final class PartitionedService<Row>: @unchecked Sendable {
             board.withLock { $0.lease(k, lease) }
         } else if let instance = topics.healthInstance(message.topic, service: service) {
             let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload))
+            // Its own topic, from a process started later: a twin. mosquitto shows a client whose id another
+            // connection took no more than a lost connection, and both would take it back in turn.
+            if instance == context.settings.instance {
+                if let health, health.startedMs > self.health.startedMs { displace(because: "another process publishes this instance's health") }
+                return
+            }
             // Live while its health keeps coming: three intervals, and at least a lease's length.
             let until = health.flatMap { h in
                 h.status == .online ? h.timeMs + max(3 * (h.intervalMs ?? 5_000), Int64(context.settings.leaseSec * 1000)) : nil
