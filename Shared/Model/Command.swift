@@ -89,10 +89,11 @@ public struct PageArgs: Codable, Sendable {
     }
 
     public static let maxLimit = 10_000
+    public static let defaultLimit = 1_000
 
     /// Checked paging: limit 1…10,000 (default 1,000), offset ≥ 0.
     public func validated() throws(CommandError) -> (limit: Int, offset: Int) {
-        let limit = self.limit ?? 1_000
+        let limit = self.limit ?? Self.defaultLimit
         let offset = self.offset ?? 0
         guard (1...Self.maxLimit).contains(limit) else {
             throw CommandError(.badInput, "limit must be 1…\(Self.maxLimit), got \(limit)")

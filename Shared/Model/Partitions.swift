@@ -109,6 +109,10 @@ extension Topics {
         return String(topic.dropFirst(root.utf8.count))
     }
 
+    /// `{prefix}/_fanin/reply/{service}`: where a partitioned service's
+    /// ingress gathers the partitions' replies to a `_fleet` command.
+    public func fanInReply(_ service: String) -> String { "\(prefix)/_fanin/reply/\(service)" }
+
     /// `{prefix}/_health/{service}/{instance}`: one instance's health, where a
     /// service runs as several.
     public func instanceHealth(_ service: String, _ instance: String) -> String { "\(prefix)/_health/\(service)/\(instance)" }

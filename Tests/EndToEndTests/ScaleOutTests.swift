@@ -106,6 +106,88 @@ extension HeavySuites {
             try await fleet.waitShared("gateway", among: ["a"])
         }
 
+        /// A `_fleet` command reaches every partition and its asker gets one
+        /// reply made of all of theirs: the fleet fence's crossings of devices
+        /// in different partitions (run by two motion instances), merged newest
+        /// first and paged; the count deleted summed; one reply on the
+        /// MQTT 3.1.1 reply topic, not one per partition.
+        @Test func aFleetCommandIsAnsweredOnceForEveryPartition() async throws {
+            let partitions = 4
+            let fleet = try ScaledConstellation(partitions: partitions)
+            defer { fleet.stopAll() }
+            for service in ["gateway", "filter"] { try fleet.start(service, "a") }
+            try fleet.start("motion", "a")
+            try fleet.start("motion", "b")
+            for service in ["gateway", "filter"] { _ = try await fleet.waitShared(service, among: ["a"]) }
+            _ = try await fleet.waitShared("motion", among: ["a", "b"])
+            // Devices in three different partitions.
+            let split = Partitioning(count: partitions)
+            var devices: [String] = []
+            for n in 0..<100 where devices.count < 3 {
+                let id = "fleet-\(n)"
+                if !devices.contains(where: { split.partition(ofSegment: $0) == split.partition(ofSegment: id) }) { devices.append(id) }
+            }
+            let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
+            let client = try await fleet.client()
+            let (lat, lon) = frame.toGeo(x: 500, y: 0)
+            let added = try await TestClient.command(client, device: "_fleet", "addGeofence", args: .object([
+                "id": .string("depot"), "latitude": .number(lat), "longitude": .number(lon), "radiusM": .number(150)]))
+            #expect(added.ok, "\(added)")
+            // Each drives east through the depot, a device a minute after the other.
+            for (i, device) in devices.enumerated() {
+                let lines = (0...100).map { t in
+                    let (lat, lon) = frame.toGeo(x: Double(t) * 10, y: 0)
+                    return String(format: #"{"t":%.3f,"lat":%.8f,"lon":%.8f,"acc":5,"speed":10,"course":90}"#,
+                                  1_790_000_000.0 + Double(i * 60 + t), lat, lon)
+                }
+                for line in lines { try await client.publishAndWait(MQTTMessage(topic: "tracker/\(device)/fixes", string: line)) }
+            }
+            // Each device's own crossings, from its partition: an entry and an exit.
+            var each: [JSONValue] = []
+            let deadline = ContinuousClock.now + .seconds(60)
+            for device in devices {
+                var items: [JSONValue] = []
+                repeat {
+                    let reply = try await TestClient.command(client, device: device, "getGeofenceEvents")
+                    if case .array(let list) = reply.result { items = list }
+                } while items.count < 2 && ContinuousClock.now < deadline
+                #expect(items.count == 2, "\(device): \(items)")
+                each += items
+            }
+            func timeMs(_ item: JSONValue) -> Double {
+                if case .object(let fields) = item, case .number(let t) = fields["timeMs"] ?? .null { t } else { -1 }
+            }
+            let newestFirst = each.sorted { timeMs($0) > timeMs($1) }
+            let all = try await TestClient.command(client, device: "_fleet", "getGeofenceEvents")
+            #expect(all.result == .array(newestFirst), "\(all)")
+            let page = try await TestClient.command(client, device: "_fleet", "getGeofenceEvents", args: .object(["limit": .number(3), "offset": .number(2)]))
+            #expect(page.result == .array(Array(newestFirst[2..<5])), "\(page)")
+
+            // Without a response topic (MQTT 3.1.1), one reply each on the contract's reply topic.
+            let replies = try await fleet.collector(["tracker/_fleet/reply/getGeofences"])
+            func ask(_ id: String) async throws {
+                try await client.publishAndWait(MQTTMessage(topic: "tracker/_fleet/cmd/getGeofences", string: #"{"id":"\#(id)"}"#))
+            }
+            @Sendable func answered(_ id: String) -> @Sendable ([MQTTMessage]) -> Bool {
+                { messages in messages.contains { $0.string.contains(#""id":"\#(id)""#) } }
+            }
+            try await ask("one")
+            try await ask("two")
+            _ = try await replies.wait(description: "the replies to one and two") { answered("one")($0) && answered("two")($0) }
+            // What a partition would have sent beside the gather came by the time a third is answered.
+            try await ask("three")
+            let received = try await replies.wait(description: "the reply to three", until: answered("three"))
+            #expect(received.filter { $0.string.contains(#""id":"one""#) }.count == 1, "\(received.map(\.string))")
+            #expect(received.filter { $0.string.contains(#""id":"two""#) }.count == 1, "\(received.map(\.string))")
+            await replies.close()
+
+            let deleted = try await TestClient.command(client, device: "_fleet", "deleteGeofenceEvents")
+            #expect(deleted.result == .number(Double(each.count)), "\(deleted)")
+            let none = try await TestClient.command(client, device: "_fleet", "getGeofenceEvents")
+            #expect(none.result == .array([]), "\(none)")
+            await client.disconnect()
+        }
+
         /// Points the uploader at the fleet's sink, retrying fast after a failure.
         static func syncToSink(_ fleet: ScaledConstellation, with client: MQTTClient) async throws {
             let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([

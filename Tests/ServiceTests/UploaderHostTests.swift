@@ -312,3 +312,18 @@ extension UploaderHostTests {
         #expect(transport.sent.last?.headers["Idempotency-Key"]?.hasPrefix("batch-") == true)
     }
 }
+
+/// `syncNow` for a partitioned uploader: each partition's outcome, made one.
+@Suite struct SyncOutcomeAcrossPartitionsTests {
+    func merged(_ outcomes: [SyncOutcome]) throws -> JSONValue? {
+        guard case .combine(let combine) = SyncOutcome.acrossPartitions else { return nil }
+        return combine(try outcomes.map { try JSONCoding.decoder.decode(JSONValue.self, from: JSONCoding.encode($0)) })
+    }
+
+    @Test func uploadsAreSummedAndWhatNeedsTheOperatorComesFirst() throws {
+        #expect(try merged([.uploaded(3), .empty, .uploaded(4)]) == .object(["outcome": .string("uploaded"), "count": .number(7)]))
+        #expect(try merged([.empty, .empty]) == .object(["outcome": .string("empty")]))
+        #expect(try merged([.uploaded(3), .retry("HTTP 503"), .empty]) == .object(["outcome": .string("retry"), "reason": .string("HTTP 503")]))
+        #expect(try merged([.retry("HTTP 503"), .authExpired]) == .object(["outcome": .string("authExpired")]))
+    }
+}

@@ -64,14 +64,15 @@ extension MotionHandler {
             CommandRoute("removeGeofence", scope: .any) { [self] command, work in
                 let id = try command.arguments(FenceIDArgs.self).id
                 return try remove([id], work) == 1
-            },
+            }.mergingFleetReplies(.anyTrue),
             CommandRoute("removeAllGeofences", scope: .any) { [self] _, work in
                 try remove(fences(work.device).fences.map(\.fence.id), work)
-            },
+            }.mergingFleetReplies(.largest),
+            // Each partition holds the crossings of its own devices.
             CommandRoute("deleteGeofenceEvents", scope: .any) { [self] command, work in
                 let args = try command.arguments(HistoryArgs.self)
                 return try store.deleteCrossings(work.device, fence: args.geofenceID)
-            },
+            }.mergingFleetReplies(.sum),
             CommandRoute("setActiveRoute") { [self] command, work in try setActiveRoute(command, work) },
             CommandRoute("isOffRoute") { _, work in work.row.route?.offRoute ?? false },
             .query("getGeofences", scope: .any) { _, query in
@@ -88,7 +89,7 @@ extension MotionHandler {
                 sql += " ORDER BY timeMs DESC, rowid DESC LIMIT ? OFFSET ?"
                 bindings += [.int(limit), .int(offset)]
                 return .page(JSONPage(bounding: try query.db.query(sql, bindings) { $0.string(0) }, offset: offset, maxBytes: query.maxReplyBytes))
-            },
+            }.mergingFleetReplies(.newestFirst(by: "timeMs")),
             .query("getTrips") { command, query in try Self.period("trips", "startMs", command, query) },
             .query("getStops") { command, query in try Self.period("stops", "arrivalMs", command, query) },
         ]

@@ -23,6 +23,25 @@ enum SyncOutcome: Equatable, Encodable {
     }
 }
 
+extension SyncOutcome {
+    /// Each partition's outcome as one: the one that needs the operator
+    /// most (new credentials, then a retry), else the points uploaded, summed.
+    static let acrossPartitions = FleetReplies.combine { results in
+        let outcomes = results.map { result -> (name: String, fields: [String: JSONValue]) in
+            guard case .object(let fields) = result, case .string(let name) = fields["outcome"] ?? .null else { return ("", [:]) }
+            return (name, fields)
+        }
+        if let worst = outcomes.first(where: { $0.name == "authExpired" }) ?? outcomes.first(where: { $0.name == "retry" }) {
+            return .object(worst.fields)
+        }
+        let uploaded = outcomes.reduce(0.0) { total, outcome in
+            if case .number(let n) = outcome.fields["count"] ?? .null { total + n } else { total }
+        }
+        return outcomes.contains { $0.name == "uploaded" }
+            ? .object(["outcome": .string("uploaded"), "count": .number(uploaded)]) : .object(["outcome": .string("empty")])
+    }
+}
+
 /// The upload loop, an async task with its own store connection: the
 /// oldest waiting batch goes out, and its verdict decides (delete, retry
 /// later, stop for new credentials, or park it so the rest flows). The host

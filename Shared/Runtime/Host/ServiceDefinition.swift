@@ -85,6 +85,11 @@ extension Routes {
     func answers(command name: String) -> Bool {
         commands.contains { $0.name == name } || (answersUnknownCommands && !CommandCatalog.all.contains(name))
     }
+
+    /// How the partitions' replies to `name` for `_fleet` become one.
+    func fleetReplies(command name: String) -> FleetReplies {
+        commands.first { $0.name == name }?.fleetReplies ?? .same
+    }
 }
 
 /// Work a service does off the network thread, for the life of the host.
@@ -204,6 +209,9 @@ public struct CommandRoute<Row> {
     public let name: String
     public let scope: Scope
     let kind: Kind
+    /// How the partitions' replies to this command for `_fleet` become one,
+    /// where the service is partitioned (`.same` unless the route says).
+    public private(set) var fleetReplies = FleetReplies.same
 
     /// A command that changes (or reads) a device's row; it shares the batch
     /// of the messages, so keep it short.
@@ -225,6 +233,13 @@ public struct CommandRoute<Row> {
     }
 
     private init(name: String, scope: Scope, kind: Kind) { self.name = name; self.scope = scope; self.kind = kind }
+
+    /// This route, its `_fleet` replies merged across partitions as `how` says.
+    public func mergingFleetReplies(_ how: FleetReplies) -> CommandRoute {
+        var route = self
+        route.fleetReplies = how
+        return route
+    }
 }
 
 /// What the query worker runs for a command: a read of the store, or a wait.

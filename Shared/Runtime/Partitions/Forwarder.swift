@@ -25,28 +25,45 @@ final class Forwarder: @unchecked Sendable {
     let filters: [Filter]
     /// Whether a command name is this service's (another's is forwarded by that service's ingress).
     let answers: (String) -> Bool
+    /// How the partitions' replies to a `_fleet` command become one.
+    let fleetReplies: (String) -> FleetReplies
+    /// Where the partitions' replies to a `_fleet` command come back (`{prefix}/_fanin/reply/{service}`).
+    let fanInTopic: String
+    let replyPrefixes: [String]
+    let clock: any WallClock
     private let unacknowledged = Unacknowledged()
+    private let gathers: Mutex<FleetGather>
 
-    init<Row>(routes: Routes<Row>, topics: Topics, partitioning: Partitioning, output: MQTTClient, logger: Logger) {
+    /// A gather waits this long for every partition: longer than a partition's
+    /// own slowest answer (the uploader's `syncNow`, 60 s by default) and a lease's takeover.
+    static let gatherTimeoutMs: Int64 = 120_000
+
+    init<Row>(routes: Routes<Row>, service: String, topics: Topics, partitioning: Partitioning, output: MQTTClient,
+              maxReplyBytes: Int, replyPrefixes: [String], clock: any WallClock, logger: Logger) {
         self.topics = topics; self.partitioning = partitioning; self.output = output; self.logger = logger
+        self.replyPrefixes = replyPrefixes; self.clock = clock
         filters = routes.forwardedFilters(topics).map {
             Filter(filter: $0.filter, levels: $0.filter.split(separator: "/", omittingEmptySubsequences: false), wanted: $0.wanted)
         }
         answers = { routes.answers(command: $0) }
+        fleetReplies = { routes.fleetReplies(command: $0) }
+        fanInTopic = topics.fanInReply(service)
+        gathers = Mutex(FleetGather(partitions: partitioning.count, timeoutMs: Self.gatherTimeoutMs, maxReplyBytes: maxReplyBytes))
     }
+
+    /// What the ingress subscribes to: the contract's filters, and its fan-in replies.
+    var subscriptions: [String] { filters.map(\.filter) + [fanInTopic] }
 
     /// On the ingress connection's network thread.
     func forward(_ message: MQTTMessage) {
+        if message.topic == fanInTopic { return gathered(message) }
         let levels = message.topic.split(separator: "/", omittingEmptySubsequences: false)
         guard let match = filters.first(where: { Self.matches($0.levels, levels) }) else { return }
         if let wanted = match.wanted, !wanted(message.payload) { return }
         if case .command(let device, let name) = topics.parse(message.topic) {
             guard answers(name) else { return }  // another service's: its own instances forward it
-            if device == .fleet {
-                // Every partition holds its share of the fleet's state; the first answers.
-                for k in 0..<partitioning.count { send(message, to: k, replying: k == 0) }
-                return
-            }
+            // Every partition holds its share of the fleet's state: each is asked, and the asker gets one reply.
+            if device == .fleet { return gather(message, name: name) }
         }
         send(message, to: topics.partition(ofTopic: message.topic, in: partitioning) ?? 0, replying: true)
     }
@@ -55,16 +72,80 @@ final class Forwarder: @unchecked Sendable {
         guard let topic = topics.underPartition(k, message.topic) else { return }
         var copy = MQTTMessage(topic: topic, payload: message.payload, qos: .atLeastOnce)
         if replying { copy.responseTopic = message.responseTopic; copy.correlationData = message.correlationData }
+        publish(copy)
+    }
+
+    /// Published on the output; the batch in hand is acknowledged once the broker holds it.
+    private func publish(_ message: MQTTMessage) {
         unacknowledged.add()
         do {
-            try output.publish(copy) { [unacknowledged, logger] result in
+            try output.publish(message) { [unacknowledged, logger] result in
                 if case .failure(let error) = result { logger.warning("a forwarded message was refused", ["error": "\(error)"]) }
                 unacknowledged.remove()
             }
         } catch {
             unacknowledged.remove()
-            logger.warning("a message could not be forwarded", ["mqtt.topic": topic, "error": "\(error)"])
+            logger.warning("a message could not be forwarded", ["mqtt.topic": message.topic, "error": "\(error)"])
         }
+    }
+
+    // MARK: Fleet commands
+
+    /// A `_fleet` command, sent to every partition with the fan-in topic to
+    /// reply on and `{gather} {k}` as correlation data; a page's request asks
+    /// each partition for the first `offset + limit` items.
+    private func gather(_ message: MQTTMessage, name: String) {
+        // A response topic nobody may be answered on: partition 0 refuses it, saying why, as one unpartitioned host does.
+        if let topic = message.responseTopic, !topics.mayReply(to: topic, for: DeviceID.fleet.rawValue, outside: replyPrefixes) {
+            return send(message, to: 0, replying: true)
+        }
+        let asker = FleetGather.Asker(topic: message.responseTopic ?? topics.reply(.fleet, name), correlationData: message.correlationData)
+        let how = fleetReplies(name)
+        var payload = message.payload
+        var page: FleetGather.Page?
+        let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
+        if case .newestFirst = how, let request, case .object(var args) = request.args ?? .object([:]),
+           let asked = try? JSONCoding.decoder.decode(PageArgs.self, from: JSONCoding.encode(JSONValue.object(args))),
+           let (limit, offset) = try? asked.validated() {
+            // One it cannot read goes as it came: each partition refuses it by name.
+            guard offset + limit <= PageArgs.maxLimit else {
+                return answer(.init(asker: asker, reply: .failure(id: request.id, CommandError(.badInput,
+                    "offset + limit must be ≤ \(PageArgs.maxLimit) for \(DeviceID.fleet) across partitions, got \(offset + limit)"))))
+            }
+            page = FleetGather.Page(limit: limit, offset: offset)
+            args["limit"] = .number(Double(offset + limit))
+            args["offset"] = .number(0)
+            payload = Array(JSONCoding.encode(CommandRequest(id: request.id, args: .object(args))))
+        }
+        let id = UUID().uuidString.lowercased()
+        guard gathers.withLock({ $0.start(id, asker: asker, how: how, page: page, nowMs: clock.nowMs()) }) else {
+            return answer(.init(asker: asker, reply: .failure(id: request?.id, CommandError(.busy,
+                "\(FleetGather.capacityDefault) fleet commands are waiting for their partitions already; try again shortly"))))
+        }
+        for k in 0..<partitioning.count {
+            guard let topic = topics.underPartition(k, message.topic) else { continue }
+            publish(MQTTMessage(topic: topic, payload: payload, qos: .atLeastOnce, responseTopic: fanInTopic,
+                                correlationData: Array("\(id) \(k)".utf8)))
+        }
+    }
+
+    /// A partition's reply to a gather.
+    private func gathered(_ message: MQTTMessage) {
+        let parts = String(decoding: message.correlationData ?? [], as: UTF8.self).split(separator: " ")
+        guard parts.count == 2, let k = Int(parts[1]) else { return }
+        let reply = (try? JSONCoding.decoder.decode(CommandReply.self, from: Data(message.payload)))
+            ?? .failure(id: nil, CommandError(.internal, "partition \(k)'s reply was unreadable"))
+        if let done = gathers.withLock({ $0.reply(String(parts[0]), partition: k, reply) }) { answer(done) }
+    }
+
+    /// Answers every gather past its deadline (`timeout`); called every quarter second.
+    func expireGathers() {
+        for answer in gathers.withLock({ $0.expire(nowMs: clock.nowMs()) }) { self.answer(answer) }
+    }
+
+    private func answer(_ answer: FleetGather.Answer) {
+        publish(MQTTMessage(topic: answer.asker.topic, payload: Array(JSONCoding.encode(answer.reply)), qos: .atLeastOnce,
+                            correlationData: answer.asker.correlationData))
     }
 
     /// Before the batch is acknowledged: true once the broker holds every

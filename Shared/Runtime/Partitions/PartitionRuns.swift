@@ -66,7 +66,7 @@ final class IngressRun: OwnedRun {
         client.setBeforeAcknowledging { [forwarder] in forwarder.waitForwarded() }
         client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
         client.setOnTakenOver { [stopping] in stopping.request() }
-        let part = ConnectionPart(client, subscribing: forwarder.filters.map(\.filter), after: output, drainTimeout: .seconds(1),
+        let part = ConnectionPart(client, subscribing: forwarder.subscriptions, after: output, drainTimeout: .seconds(1),
                                   logger: logger, connected: connected)
         _ = await Lifecycle([Lifecycle.Part("ingress", part)], logger: logger,
                             signals: { [stopping] in await stopping.wait(); return 0 }).run()

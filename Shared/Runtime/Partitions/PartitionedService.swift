@@ -68,8 +68,9 @@ final class PartitionedService<Row>: @unchecked Sendable {
             password: settings.mqttPassword, will: health.will, logger: context.logger))
         // What the ingress forwards comes from the routes, known without a running host.
         do {
-            forwarder = Forwarder(routes: try definition.routesAlone(), topics: context.topics, partitioning: partitioning,
-                                  output: output, logger: context.logger)
+            forwarder = Forwarder(routes: try definition.routesAlone(), service: context.name, topics: context.topics,
+                                  partitioning: partitioning, output: output, maxReplyBytes: settings.maxReplyBytes,
+                                  replyPrefixes: settings.replyTopicPrefixes, clock: context.clock, logger: context.logger)
         } catch {
             throw ConfigError("partitions", "cannot read the service's routes: \(error)")
         }
@@ -92,6 +93,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
         control.setPeriodic(every: .milliseconds(250)) { [self] in
             // Disconnected, it hears neither leases nor health: it decides nothing (see `reconnected` and `watchCutOff`).
             if control.isConnected { act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) }) }
+            forwarder.expireGathers()
             heapTrims.trimIfDue()
         }
         let quietMs = Self.quietMs(context.settings)
