@@ -188,6 +188,45 @@ extension HeavySuites {
             await client.disconnect()
         }
 
+        /// An OwnTracks user's devices hash to different partitions: the
+        /// limit of devices per account holds across all of them (the
+        /// gateway's ingress counts them), and each refused device is told once.
+        @Test func anAccountsDeviceLimitHoldsAcrossPartitions() async throws {
+            let fleet = try ScaledConstellation(partitions: 4, config: ["maxDevicesPerAccount": 3])
+            defer { fleet.stopAll() }
+            try fleet.start("gateway", "a")
+            try fleet.start("gateway", "b")
+            _ = try await fleet.waitShared("gateway", among: ["a", "b"])
+            let observer = try await fleet.collector(["tracker/_p/+/+/raw", "tracker/+/events"])
+            let app = try await fleet.client()
+            let t = Int(Date().timeIntervalSince1970)
+            let names = (0..<12).map { "phone\($0)" }
+            #expect(Set(names.map { Partitioning(count: 4).partition(of: DeviceID.ownTracks(user: "owner", device: $0)) }).count == 4)
+            for name in names + ["phone11"] {
+                try await app.publishAndWait(MQTTMessage(topic: "owntracks/owner/\(name)",
+                                                         string: #"{"_type":"location","lat":48.1,"lon":11.5,"acc":10,"tst":\#(t)}"#))
+            }
+            @Sendable func refusals(_ messages: [MQTTMessage]) -> [MQTTMessage] {
+                messages.filter { $0.topic.hasSuffix("/events") && $0.string.contains(#""limitReached""#) }
+            }
+            @Sendable func raw(_ messages: [MQTTMessage]) -> Set<Substring> {
+                Set(messages.filter { $0.topic.hasSuffix("/raw") }.map { $0.topic.split(separator: "/")[3] })
+            }
+            try await observer.wait(description: "3 devices tracked, 9 refused") { raw($0).count >= 3 && refusals($0).count >= 9 }
+            // phone11, sent twice, is counted twice and told once.
+            var counted: Int64 = 0
+            let deadline = ContinuousClock.now + .seconds(30)
+            repeat {
+                counted = try await fleet.health("gateway", instances: 2).values.reduce(0) { $0 + ($1.counters?["limitReached"] ?? 0) }
+            } while counted < 10 && ContinuousClock.now < deadline
+            #expect(counted == 10)
+            #expect(raw(observer.messages).count == 3, "\(raw(observer.messages))")
+            #expect(refusals(observer.messages).count == 9)
+            #expect(refusals(observer.messages).allSatisfy { $0.string.contains("(the limit is 3)") })
+            await app.disconnect()
+            await observer.close()
+        }
+
         /// Points the uploader at the fleet's sink, retrying fast after a failure.
         static func syncToSink(_ fleet: ScaledConstellation, with client: MQTTClient) async throws {
             let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([

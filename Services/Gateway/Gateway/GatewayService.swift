@@ -50,7 +50,7 @@ struct GatewaySettings {
 enum GatewayService {
     static func definition(_ settings: GatewaySettings, newSessionID: @escaping () -> String = Self.newSessionID)
         -> ServiceDefinition<GatewayRow> {
-        ServiceDefinition(name: "gateway", migrations: GatewayStore.migrations, rows: .binary(fresh: { GatewayRow() })) { db in
+        var definition = ServiceDefinition(name: "gateway", migrations: GatewayStore.migrations, rows: .binary(fresh: { GatewayRow() })) { db in
             let store = try GatewayStore(db: db, sessionsPerDevice: settings.sessionsPerDevice, sessionsTotal: settings.sessionsTotal)
             let handler = Handler(store: store, parser: FixParser(validator: settings.validator),
                                   core: GatewayCore(rules: SessionRules(policy: settings.sessionPolicy)), newSessionID: newSessionID,
@@ -100,6 +100,9 @@ enum GatewayService {
                 }, apply: handler.sweep),
                 answersUnknownCommands: true)
         }
+        // Partitioned, a user's devices are in different partitions: the ingress counts them all.
+        if settings.ownTracks { definition.ingressGate = { try AccountGate($0, max: settings.maxDevicesPerAccount) } }
+        return definition
     }
 
     static func newSessionID() -> String { UUID().uuidString.lowercased() }

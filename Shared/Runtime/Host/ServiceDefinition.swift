@@ -15,6 +15,9 @@ public struct ServiceDefinition<Row> {
     public var rows: RowCodec<Row>
     /// Builds the routes once the database is open and migrated.
     public var wire: (Database) throws -> Routes<Row>
+    /// Where the service is partitioned: what its ingress checks before it
+    /// forwards, opened on the ingress's own store (nil: everything is forwarded).
+    public var ingressGate: ((IngressGateContext) throws -> any IngressGate)?
 
     public init(name: String, migrations: [(name: String, sql: String)], rows: RowCodec<Row>,
                 wire: @escaping (Database) throws -> Routes<Row>) {

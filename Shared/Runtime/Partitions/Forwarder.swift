@@ -31,6 +31,7 @@ final class Forwarder: @unchecked Sendable {
     let fanInTopic: String
     let replyPrefixes: [String]
     let clock: any WallClock
+    let counters: HealthCounters
     private let unacknowledged = Unacknowledged()
     private let gathers: Mutex<FleetGather>
 
@@ -39,9 +40,9 @@ final class Forwarder: @unchecked Sendable {
     static let gatherTimeoutMs: Int64 = 120_000
 
     init<Row>(routes: Routes<Row>, service: String, topics: Topics, partitioning: Partitioning, output: MQTTClient,
-              maxReplyBytes: Int, replyPrefixes: [String], clock: any WallClock, logger: Logger) {
+              maxReplyBytes: Int, replyPrefixes: [String], clock: any WallClock, counters: HealthCounters, logger: Logger) {
         self.topics = topics; self.partitioning = partitioning; self.output = output; self.logger = logger
-        self.replyPrefixes = replyPrefixes; self.clock = clock
+        self.replyPrefixes = replyPrefixes; self.clock = clock; self.counters = counters
         filters = routes.forwardedFilters(topics).map {
             Filter(filter: $0.filter, levels: $0.filter.split(separator: "/", omittingEmptySubsequences: false), wanted: $0.wanted)
         }
@@ -87,6 +88,17 @@ final class Forwarder: @unchecked Sendable {
             unacknowledged.remove()
             logger.warning("a message could not be forwarded", ["mqtt.topic": message.topic, "error": "\(error)"])
         }
+    }
+
+    /// A message the service's gate refused: counted as a partition counts
+    /// a refusal, and said to the device in an `error` event once.
+    func refuse(_ refused: IngressRefusal) {
+        counters.error()
+        counters.count(refused.refusal.code.rawValue)
+        guard refused.refusal.announce else { return }
+        let event = Event(device: refused.device, timeMs: clock.nowMs(),
+                          .error(code: refused.refusal.code.rawValue, message: refused.refusal.message))
+        publish(MQTTMessage(topic: topics.events(refused.device), payload: Array(JSONCoding.encode(event.bounded))))
     }
 
     // MARK: Fleet commands

@@ -1,6 +1,7 @@
 import Bus
 import Foundation
 import Model
+import Store
 import Synchronization
 import TrackerLog
 
@@ -47,22 +48,37 @@ final class PartitionRun<Row>: OwnedRun, @unchecked Sendable {
 }
 
 /// The service's ingress run here: its session on the contract's topics,
-/// each message forwarded to its device's partition; the batch is
-/// acknowledged once the broker holds every copy.
-final class IngressRun: OwnedRun {
+/// each message forwarded to its device's partition (once its gate, if the
+/// service has one, lets it through); the batch is acknowledged once the
+/// broker holds every copy.
+final class IngressRun: OwnedRun, @unchecked Sendable {
+    // @unchecked: `gate` is used on the client's network thread only, and closed once that has stopped.
+    /// The service's gate on its own store, and the lock that fences that store.
+    struct Gate {
+        let check: any IngressGate
+        let db: Database
+        let lock: StoreLock
+    }
+
     let k: Int
     let client: MQTTClient
     let forwarder: Forwarder
+    private var gate: Gate?
     var counters: HealthCounters? { nil }
     private let stopping = StopRequest()
     let ended = StopRequest()
 
-    init(k: Int, client: MQTTClient, forwarder: Forwarder) { self.k = k; self.client = client; self.forwarder = forwarder }
+    init(k: Int, client: MQTTClient, forwarder: Forwarder, gate: Gate?) {
+        self.k = k; self.client = client; self.forwarder = forwarder; self.gate = gate
+    }
 
     func stop() { stopping.request() }
 
     func run(after output: MQTTClient, pressure: OutputPressure, logger: Logger, connected: @escaping @Sendable () -> Void) async {
-        client.setHandler { [forwarder] in forwarder.forward($0) }
+        client.setHandler { [self] message in
+            if let refused = gate?.check.check(message) { return forwarder.refuse(refused) }
+            forwarder.forward(message)
+        }
         client.setBeforeAcknowledging { [forwarder] in forwarder.waitForwarded() }
         client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
         client.setOnTakenOver { [stopping] in stopping.request() }
@@ -70,6 +86,10 @@ final class IngressRun: OwnedRun {
                                   logger: logger, connected: connected)
         _ = await Lifecycle([Lifecycle.Part("ingress", part)], logger: logger,
                             signals: { [stopping] in await stopping.wait(); return 0 }).run()
+        // The connection has stopped: nothing uses the gate's store any more.
+        let lock = gate?.lock
+        gate = nil
+        lock?.release()
     }
 }
 

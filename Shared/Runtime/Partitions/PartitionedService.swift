@@ -70,7 +70,8 @@ final class PartitionedService<Row>: @unchecked Sendable {
         do {
             forwarder = Forwarder(routes: try definition.routesAlone(), service: context.name, topics: context.topics,
                                   partitioning: partitioning, output: output, maxReplyBytes: settings.maxReplyBytes,
-                                  replyPrefixes: settings.replyTopicPrefixes, clock: context.clock, logger: context.logger)
+                                  replyPrefixes: settings.replyTopicPrefixes, clock: context.clock, counters: counters,
+                                  logger: context.logger)
         } catch {
             throw ConfigError("partitions", "cannot read the service's routes: \(error)")
         }
@@ -247,15 +248,29 @@ final class PartitionedService<Row>: @unchecked Sendable {
     /// everything forwarded to the device's partition.
     func startIngress() {
         let settings = context.settings
+        let name = "tracker-\(service)-in"
         let run: IngressRun
+        var held: StoreLock?
         do {
-            let name = "tracker-\(service)-in"
+            var gate: IngressRun.Gate?
+            if let open = definition.ingressGate {
+                let path = "\(settings.dataDir)/\(name).sqlite"
+                held = try StoreLock(path: path + ".lock")
+                guard let lock = held else {
+                    logger.info("the ingress's store still held by its last owner; trying again")
+                    board.withLock { $0.started(partitioning.count, ok: false, nowMs: context.clock.nowMs()) }
+                    return
+                }
+                let db = try Database(path: path)
+                gate = IngressRun.Gate(check: try open(IngressGateContext(db: db, topics: topics, logger: logger)), db: db, lock: lock)
+            }
             let client = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
                 sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, logger: logger))
-            run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder)
+            run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder, gate: gate)
         } catch {
+            held?.release()
             logger.error("cannot start the ingress; trying again", ["error": "\(error)"])
             board.withLock { $0.started(partitioning.count, ok: false, nowMs: context.clock.nowMs()) }
             return
