@@ -55,6 +55,9 @@ public enum ServiceRunner {
         tickInterval: Duration = .seconds(1),
         define: (ServiceContext, SettingsReader) throws -> ServiceDefinition<Row>
     ) async -> Int32 {
+        if arguments.dropFirst().first == "repartition" {
+            return repartition(name: name, arguments: arguments, environment: environment, define: define)
+        }
         let context: ServiceContext
         let client: MQTTClient
         let output: MQTTClient
@@ -135,6 +138,39 @@ public enum ServiceRunner {
         let ending = await lifecycle.run()
         host.close()
         return exitCode(after: ending, logger: logger)
+    }
+
+    /// `tracker-{service} repartition --to Q [--config FILE]`: the stopped
+    /// service's stores in its `dataDir`, moved to Q partitions (see
+    /// `Repartition`). 0 when done, 1 when refused (nothing changed), 2 for bad settings.
+    static func repartition<Row>(name: String, arguments: [String], environment: [String: String],
+                                 define: (ServiceContext, SettingsReader) throws -> ServiceDefinition<Row>) -> Int32 {
+        func fail(_ text: String, code: Int32) -> Int32 {
+            FileHandle.standardError.write(Data("tracker-\(name) repartition: \(text)\n".utf8))
+            return code
+        }
+        var rest = Array(arguments.dropFirst(2))
+        guard let index = rest.firstIndex(of: "--to"), index + 1 < rest.count, let target = Int(rest[index + 1]), (1...1_024).contains(target) else {
+            return fail("usage: tracker-\(name) repartition --to Q (1…1024) [--config FILE]; every instance stopped first", code: 2)
+        }
+        rest.removeSubrange(index...(index + 1))
+        do {
+            let reader = try SettingsReader.load(service: name, arguments: [arguments[0]] + rest, environment: environment)
+            let settings = try CommonSettings(service: name, reader)
+            let context = ServiceContext(name: name, settings: settings, logger: Logger(label: "tracker-\(name)", minimum: settings.logLevel))
+            let definition = try define(context, reader)
+            try reader.rejectUnknownKeys()
+            let report = try Repartition(definition: definition, directory: settings.dataDir, target: target,
+                                         nowMs: context.clock.nowMs(), logger: context.logger).run()
+            print("tracker-\(name): \(report); start every instance with partitions \(target)")
+            return 0
+        } catch let failure as Repartition<Row>.Failure {
+            return fail(failure.description, code: 1)
+        } catch let error as ConfigError {
+            return fail("\(error)", code: 2)
+        } catch {
+            return fail("\(error)", code: 1)
+        }
     }
 
     /// 0 after a signal, 1 when a part ended by itself; said in the log.

@@ -234,6 +234,11 @@ public struct CommonSettings: Sendable {
         guard DeviceID(instance) != nil else {
             throw ConfigError("instance", "use 1–64 of A-Z a-z 0-9 . _ -, got '\(instance)'")
         }
+        // A partitioned instance's id is its control session's client id: it must not take the service's others.
+        if partitions > 1, instance == "tracker-\(service)" || (instance.hasPrefix("tracker-\(service)-p") && Int(instance.dropFirst("tracker-\(service)-p".count)) != nil) {
+            throw ConfigError("instance", "'\(instance)' is a session of the partitioned service (its ingress, or a partition's): "
+                              + "give each instance an id of its own (default tracker-\(service)-{host name})")
+        }
         healthIntervalSec = try reader.double("healthIntervalSec", default: 5, in: 0.1...3_600)
         let level = try reader.choice("logLevel", default: "info", among: LogLevel.allCases.map(\.rawValue))
         logLevel = LogLevel(rawValue: level) ?? .info

@@ -262,7 +262,9 @@ public final class Statement {
     }
 
     /// Resets, binds and runs a statement that returns no rows.
-    public func run(_ values: SQLValue...) throws {
+    public func run(_ values: SQLValue...) throws { try run(values) }
+
+    public func run(_ values: [SQLValue]) throws {
         reset()
         try bind(values)
         try runToEnd()
@@ -343,5 +345,15 @@ public struct Row {
         let count = Int(sqlite3_column_bytes(statement.pointer, i))
         guard count > 0, let bytes = sqlite3_column_blob(statement.pointer, i) else { return Data() }
         return Data(bytes: bytes, count: count)
+    }
+    /// The column as stored, whatever its type (a copy of rows between stores).
+    public func value(_ i: Int32) -> SQLValue {
+        switch sqlite3_column_type(statement.pointer, i) {
+        case SQLITE_NULL: .null
+        case SQLITE_INTEGER: .integer(int64(i))
+        case SQLITE_FLOAT: .real(double(i))
+        case SQLITE_BLOB: .blob(Array(data(i)))
+        default: .utf8(Array(data(i)))
+        }
     }
 }

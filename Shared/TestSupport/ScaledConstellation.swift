@@ -9,7 +9,7 @@ import Model
 public final class ScaledConstellation: @unchecked Sendable {
     public static let services = Constellation.services
     public let broker: TestBroker
-    public let partitions: Int
+    public private(set) var partitions: Int
     public let config: [String: Any]
     public private(set) var sink: HTTPSink?
     /// Service → instance name → its process.
@@ -62,9 +62,33 @@ public final class ScaledConstellation: @unchecked Sendable {
         try ServiceHarness(
             executable: "tracker-\(service)", broker: broker,
             config: ServiceHarness.fastHealth.merging(config) { _, given in given }.merging(["partitions": partitions]) { _, p in p },
-            environment: ["TRACKER_DATA_DIR": dataDirectories[service]!.path, "TRACKER_INSTANCE": Self.instanceID(service, name)]
+            // Unpartitioned, a service runs as one instance with the default id (its session's and store's name).
+            environment: ["TRACKER_DATA_DIR": dataDirectories[service]!.path]
+                .merging(partitions > 1 ? ["TRACKER_INSTANCE": Self.instanceID(service, name)] : [:]) { _, id in id }
                 .merging(passwords.isEmpty ? [:] : ["TRACKER_MQTT_PORT": "\(broker.operatorPort)", "TRACKER_MQTT_USERNAME": "tracker-\(service)",
                                                     "TRACKER_MQTT_PASSWORD": passwords["tracker-\(service)"]!]) { _, login in login })
+    }
+
+    /// `tracker-{service} repartition --to count` for every service, whose
+    /// instances must all be stopped; when every one succeeded, instances
+    /// started after it run with `count` partitions. Each tool's exit code and output.
+    public func repartition(to count: Int) throws -> [String: (code: Int32?, output: String)] {
+        var results: [String: (code: Int32?, output: String)] = [:]
+        defer {
+            if results.values.allSatisfy({ $0.code == 0 }) {
+                partitions = count
+                instances = [:]
+            }
+        }
+        for service in Self.services {
+            let harness = try process(service, "repartition")
+            let tool = try ChildProcess(executable: harness.executable,
+                                        arguments: ["repartition", "--to", "\(count)", "--config", harness.configFile.path],
+                                        environment: harness.environment,
+                                        logFile: harness.dataDir.appendingPathComponent("repartition.log").path)
+            results[service] = (tool.wait(timeout: 60), tool.log)
+        }
+        return results
     }
 
     /// Starts instance `name` of every service.

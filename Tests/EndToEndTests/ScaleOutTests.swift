@@ -227,6 +227,50 @@ extension HeavySuites {
             await observer.close()
         }
 
+        /// The partitions changed on a stopped deployment (docs/scaling.md,
+        /// "Changing partitions"): unpartitioned → 3 → 2, each time with
+        /// every service stopped and `tracker-{service} repartition`, and
+        /// fixes sent while everything is stopped. Every device keeps its
+        /// state, numbering and history: every raw fix is judged once and
+        /// every accepted point stored and delivered once.
+        @Test func changingPartitionsMovesEveryDevicesStateAndLosesNothing() async throws {
+            let fleet = try ScaledConstellation(partitions: 1)
+            defer { fleet.stopAll() }
+            try fleet.startAll("a")
+            try await fleet.broker.waitUntilOnline("gateway", "filter", "motion", "track", "uploader")
+            let client = try await fleet.client()
+            try await Self.syncToSink(fleet, with: client)
+            let fixes = try Self.fixes(count: 180)
+            let publisher = try await fleet.client()
+            let part = fixes.count / 5
+            var sent = 0
+            func send(_ n: Int) async throws {
+                try await Replay.publish(Array(fixes[sent..<(sent + n)]), with: publisher)
+                sent += n
+            }
+            try await send(part)
+            try await Self.expectEachOnce(published: Array(fixes[..<sent]), fleet: fleet, client: client)
+
+            for (count, instances) in [(3, ["a"]), (2, ["a", "b"])] {
+                // The gateway first: what comes meanwhile waits for its session at the broker.
+                for service in ScaledConstellation.services { #expect(fleet.stop(service, "a") == 0, "\(service)'s graceful stop") }
+                try await send(part / 2)
+                for (service, result) in try fleet.repartition(to: count) {
+                    #expect(result.code == 0, "\(service): \(result.output)")
+                    #expect(result.output.contains("→ \(count) partitions"), "\(service): \(result.output)")
+                }
+                for name in instances { try fleet.startAll(name) }
+                try await fleet.waitEveryServiceShared(among: instances)
+                try await send(part / 2)
+                try await Self.expectEachOnce(published: Array(fixes[..<sent]), fleet: fleet, client: client)
+            }
+            // A repartition is refused while an instance runs, and changes nothing.
+            let refused = try fleet.repartition(to: 4)
+            #expect(refused.values.allSatisfy { $0.code == 1 && $0.output.contains("in use") }, "\(refused)")
+            await publisher.disconnect()
+            await client.disconnect()
+        }
+
         /// Points the uploader at the fleet's sink, retrying fast after a failure.
         static func syncToSink(_ fleet: ScaledConstellation, with client: MQTTClient) async throws {
             let synced = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([

@@ -67,6 +67,14 @@ final class OutOfOrderBus: MessageBus, @unchecked Sendable {
         #expect { try CommonSettings(service: "filter", reader(["partitions": .number(0)])) } throws: {
             ($0 as? ConfigError)?.setting == "partitions"
         }
+        // The ids of the service's own sessions (the ingress's, a partition's) would take them over.
+        for taken in ["tracker-filter", "tracker-filter-p3"] {
+            #expect { try CommonSettings(service: "filter", reader([:], env: ["TRACKER_PARTITIONS": "16", "TRACKER_INSTANCE": taken])) } throws: {
+                ($0 as? ConfigError)?.setting == "instance"
+            }
+        }
+        #expect(try CommonSettings(service: "filter", reader([:], env: ["TRACKER_PARTITIONS": "16", "TRACKER_INSTANCE": "tracker-filter-pod"])).instance
+                == "tracker-filter-pod")
     }
 
     @Test func badSettingsNameThemselves() throws {

@@ -337,3 +337,27 @@ final class PauseLog: @unchecked Sendable {
         #expect(try host.logCountForTests("items") <= 1_000)
     }
 }
+
+/// A partition's host after the stores were repartitioned: its session may
+/// still hold messages of devices that now belong to another partition.
+@Suite struct PartitionOwnerTests {
+    @Test func aMessageOfAnotherPartitionsDeviceGoesOnToThatPartitionOnceCommitted() throws {
+        let database = TemporaryDatabase("partition")
+        let bus = RecordingBus()
+        let four = Partitioning(count: 4)
+        let host = try ServiceHost(tallyService(), databasePath: database.path, bus: bus, topics: Topics().partitioned(four),
+                                   logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), partition: 0, pause: { _ in })
+        let names = (0..<50).map { "d\($0)" }
+        let mine = try #require(names.first { four.partition(ofSegment: $0) == 0 })
+        let other = try #require(names.first { four.partition(ofSegment: $0) != 0 })
+        let payload = Array(JSONCoding.encode(Item(seq: 1, epoch: "e", value: 5)))
+        host.receive(MQTTMessage(topic: "tracker/_p/0/\(other)/raw", payload: payload))
+        host.receive(MQTTMessage(topic: "tracker/_p/0/\(mine)/raw", payload: payload))
+        #expect(bus.messages.isEmpty)
+        #expect(host.commit())
+        let owner = four.partition(ofSegment: other)
+        #expect(bus.messages.contains { $0.topic == "tracker/_p/\(owner)/\(other)/raw" && $0.payload == payload })
+        #expect(bus.messages.contains { $0.topic.hasSuffix("/\(mine)/points") })
+        #expect(!bus.messages.contains { $0.topic.hasSuffix("/\(other)/points") })
+    }
+}

@@ -79,6 +79,16 @@ final class AccountGate: IngressGate {
         return levels.count == 4 && levels[3] == "cmd"
     }
 
+    /// Every OwnTracks device a partition's store has, counted for its account.
+    func absorb(partitionStore: Database) throws {
+        let owned = try partitionStore.query("SELECT device, account FROM account_devices") { ($0.string(0), $0.string(1)) }
+        try db.transaction {
+            for (device, account) in owned {
+                try db.run("INSERT OR IGNORE INTO account_devices (device, account) VALUES (?, ?)", .text(device), .text(account))
+            }
+        }
+    }
+
     private func remember(_ device: DeviceID) -> IngressRefusal? {
         if known.count > 100_000 { known.removeAll() }
         known.insert(device)

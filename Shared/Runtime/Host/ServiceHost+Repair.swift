@@ -121,6 +121,8 @@ extension ServiceHost {
         guard let stream = health.streams?[input] else { return }
         for (id, tip) in stream.tips {
             guard let device = DeviceID(id) else { continue }
+            // A partition's tips retained from before its stores were repartitioned name devices now elsewhere.
+            if let partition, let partitioning = topics.partitioning, partitioning.partition(of: device) != partition { continue }
             let key = StreamRepairs.Key(device: device, input: input)
             // A mark committed lately answers without reading the row; one that is behind is read, being stale.
             if let mark = recentMarks[key], mark.epoch == nil || mark.epoch == stream.epoch, mark.seq >= tip { continue }

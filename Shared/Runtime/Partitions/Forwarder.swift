@@ -59,7 +59,9 @@ final class Forwarder: @unchecked Sendable {
     func forward(_ message: MQTTMessage) {
         if message.topic == fanInTopic { return gathered(message) }
         let levels = message.topic.split(separator: "/", omittingEmptySubsequences: false)
-        guard let match = filters.first(where: { Self.matches($0.levels, levels) }) else { return }
+        // What an unpartitioned run of the service subscribed its session to besides (its internal
+        // streams, repaired from the producers' logs by the partitions that own them): counted, not forwarded.
+        guard let match = filters.first(where: { Self.matches($0.levels, levels) }) else { return counters.count("notForwarded") }
         if let wanted = match.wanted, !wanted(message.payload) { return }
         if case .command(let device, let name) = topics.parse(message.topic) {
             guard answers(name) else { return }  // another service's: its own instances forward it

@@ -12,6 +12,9 @@ import TrackerLog
 public protocol IngressGate: AnyObject {
     /// Nil to forward `message`; else why it is refused, and for which device.
     func check(_ message: MQTTMessage) -> IngressRefusal?
+    /// Takes in what a partition's store holds of the gate's state (when
+    /// stores are repartitioned, from an unpartitioned one above all).
+    func absorb(partitionStore: Database) throws
 }
 
 /// A message the ingress does not forward: the device is told once by an

@@ -64,12 +64,14 @@ final class IngressRun: OwnedRun, @unchecked Sendable {
     let client: MQTTClient
     let forwarder: Forwarder
     private var gate: Gate?
+    /// Whether every partition's session is at the broker, to forward to.
+    let partitionsSubscribed: @Sendable () -> Bool
     var counters: HealthCounters? { nil }
     private let stopping = StopRequest()
     let ended = StopRequest()
 
-    init(k: Int, client: MQTTClient, forwarder: Forwarder, gate: Gate?) {
-        self.k = k; self.client = client; self.forwarder = forwarder; self.gate = gate
+    init(k: Int, client: MQTTClient, forwarder: Forwarder, gate: Gate?, partitionsSubscribed: @escaping @Sendable () -> Bool) {
+        self.k = k; self.client = client; self.forwarder = forwarder; self.gate = gate; self.partitionsSubscribed = partitionsSubscribed
     }
 
     func stop() { stopping.request() }
@@ -80,7 +82,9 @@ final class IngressRun: OwnedRun, @unchecked Sendable {
             forwarder.forward(message)
         }
         client.setBeforeAcknowledging { [forwarder] in forwarder.waitForwarded() }
-        client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
+        client.setReadGate { [output, pressure, partitionsSubscribed] in
+            partitionsSubscribed() && pressure.allowsReading(waiting: output.inFlight)
+        }
         client.setOnTakenOver { [stopping] in stopping.request() }
         let part = ConnectionPart(client, subscribing: forwarder.subscriptions, after: output, drainTimeout: .seconds(1),
                                   logger: logger, connected: connected)

@@ -11,7 +11,7 @@ import TrackerLog
 /// (`tracker-{service}-p{k}.sqlite`) and its MQTT session
 /// (`tracker-{service}-p{k}`), which the broker keeps, with the partition's
 /// queue, while no instance runs it; and perhaps the service's ingress (the
-/// session `tracker-{service}-in`), which takes what reaches the service on
+/// session `tracker-{service}`, the unpartitioned service's), which takes what reaches the service on
 /// the contract's topics and forwards it to the device's partition. One
 /// session, so each device's messages keep their order.
 ///
@@ -36,6 +36,12 @@ final class PartitionedService<Row>: @unchecked Sendable {
     private let lastTips = Locked<[Int: (streams: [String: StreamTips], unchanged: Int)]>([:])
     /// Set when another process took this instance's control session: the instance ends.
     private let displaced = StopRequest()
+    /// The partitions each other live instance runs, by its health.
+    private let runElsewhere = Locked<[String: (partitions: Set<Int>, liveUntilMs: Int64)]>([:])
+    /// Every partition has run, so its session, with its subscriptions,
+    /// is at the broker: only then does the ingress forward (a message
+    /// forwarded to a partition no session subscribed to is dropped by the broker).
+    private let everyPartitionSubscribed = Locked(false)
 
     init(context: ServiceContext, definition: ServiceDefinition<Row>, counters: HealthCounters, output: MQTTClient,
          pressure: OutputPressure, tickInterval: Duration) throws {
@@ -150,7 +156,8 @@ final class PartitionedService<Row>: @unchecked Sendable {
 
     func take(_ message: MQTTMessage) {
         if let slot = topics.leaseSlot(message.topic, service: service),
-           let k = slot == "ingress" ? partitioning.count : Int(slot) {
+           // A partition's lease retained from a larger count (before a repartition) is no slot of this one.
+           let k = slot == "ingress" ? partitioning.count : Int(slot).flatMap({ $0 < partitioning.count ? $0 : nil }) {
             // One it cannot read counts as none: at worst a claim, which the fences stop.
             let lease = message.payload.isEmpty ? nil : try? JSONCoding.decoder.decode(Lease.self, from: Data(message.payload))
             board.withLock { $0.lease(k, lease) }
@@ -167,7 +174,21 @@ final class PartitionedService<Row>: @unchecked Sendable {
                 h.status == .online ? h.timeMs + max(3 * (h.intervalMs ?? 5_000), Int64(context.settings.leaseSec * 1000)) : nil
             }
             board.withLock { $0.member(instance, liveUntilMs: until) }
+            runElsewhere.withLock { $0[instance] = until.map { (Set(health?.partitions ?? []), $0) } }
         }
+    }
+
+    /// Whether every partition's session has subscribed (it has run here
+    /// or at a live instance since this one started); once true, stays so:
+    /// a session outlives its instance at the broker.
+    func partitionsSubscribed() -> Bool {
+        if everyPartitionSubscribed.withLock({ $0 }) { return true }
+        let now = context.clock.nowMs()
+        var seen = Set(board.withLock { $0.running })
+        for (_, other) in runElsewhere.withLock({ $0 }) where other.liveUntilMs > now { seen.formUnion(other.partitions) }
+        guard Set(0..<partitioning.count).isSubset(of: seen) else { return false }
+        everyPartitionSubscribed.withLock { $0 = true }
+        return true
     }
 
     // MARK: Partitions
@@ -248,13 +269,16 @@ final class PartitionedService<Row>: @unchecked Sendable {
     /// everything forwarded to the device's partition.
     func startIngress() {
         let settings = context.settings
-        let name = "tracker-\(service)-in"
+        // The unpartitioned service's own session: a service that was run
+        // unpartitioned finds what waited for it there (and the other way round).
+        let session = "tracker-\(service)"
+        let store = "tracker-\(service)-in.sqlite"
         let run: IngressRun
         var held: StoreLock?
         do {
             var gate: IngressRun.Gate?
             if let open = definition.ingressGate {
-                let path = "\(settings.dataDir)/\(name).sqlite"
+                let path = "\(settings.dataDir)/\(store)"
                 held = try StoreLock(path: path + ".lock")
                 guard let lock = held else {
                     logger.info("the ingress's store still held by its last owner; trying again")
@@ -265,10 +289,11 @@ final class PartitionedService<Row>: @unchecked Sendable {
                 gate = IngressRun.Gate(check: try open(IngressGateContext(db: db, topics: topics, logger: logger)), db: db, lock: lock)
             }
             let client = try MQTTClient(MQTTOptions(
-                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: session, cleanStart: false,
                 sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, logger: logger))
-            run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder, gate: gate)
+            run = IngressRun(k: partitioning.count, client: client, forwarder: forwarder, gate: gate,
+                             partitionsSubscribed: { [self] in partitionsSubscribed() })
         } catch {
             held?.release()
             logger.error("cannot start the ingress; trying again", ["error": "\(error)"])
