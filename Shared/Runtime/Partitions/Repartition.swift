@@ -33,10 +33,13 @@ public struct Repartition<Row> {
         public var from: Int
         public var to: Int
         public var rows: [String: Int] = [:]
+        /// Tables of no device, copied whole from the first old store to every new one.
+        public var fleetWide: [String] = []
         public var kept: String = ""
         public var description: String {
             let tables = rows.keys.sorted().map { "\($0) \(rows[$0]!)" }.joined(separator: ", ")
-            return "moved \(from) → \(to) partitions: \(tables); the old stores are in \(kept)"
+            return "moved \(from) → \(to) partitions: \(tables) rows written; copied whole to every store: "
+                + (fleetWide.isEmpty ? "none" : fleetWide.joined(separator: ", ")) + "; the old stores are in \(kept)"
         }
     }
 
@@ -129,6 +132,7 @@ public struct Repartition<Row> {
         for db in targets { try db.execute("BEGIN") }
         for table in try tables(of: targets[0]) {
             report.rows[table.name] = try copy(table, from: sources, to: targets, partitioning: partitioning)
+            if !table.columns.contains(where: { ["device", "owner"].contains($0.name) }) { report.fleetWide.append(table.name) }
         }
         for db in targets {
             try db.execute("COMMIT")
