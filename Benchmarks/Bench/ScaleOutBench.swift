@@ -59,7 +59,9 @@ enum ScaleOutBench {
             return ScaledConstellation.services.allSatisfy { service in
                 let mine = online.filter { $0.service == service }
                 guard mine.count == setup.instances.count else { return false }
-                return setup.partitions == 1 || Set(mine.flatMap { $0.partitions ?? [] }).count == setup.partitions
+                // Partitioned: every partition run, and the ingress (a command sent before its session subscribed is not kept).
+                return setup.partitions == 1
+                    || (Set(mine.flatMap { $0.partitions ?? [] }).count == setup.partitions && mine.contains { $0.ingress == true })
             }
         }
         let client = try await fleet.client()
