@@ -68,8 +68,8 @@ extension Topics {
     /// - `{prefix}/_map/{page}/…`: a map page's own area (only that page reads it);
     /// - `{prefix}/_ctl/{client}/…`: an operator tool's area (only operators read it);
     /// - `{prefix}/_repair/reply/{instance}`: a service's repair answers;
-    /// - `{prefix}/_fanin/reply/{service}`: a partitioned service's ingress,
-    ///   gathering the partitions' replies to a `_fleet` command;
+    /// - `{prefix}/_fanin/reply/{service}`, for `_fleet` only: a partitioned
+    ///   service's ingress, gathering the partitions' replies to a fleet command;
     /// - outside the prefix, only below one of `outside` (the deployment's
     ///   `replyTopicPrefixes`; none by default).
     /// Never an internal or event topic, another device's replies, a wildcard
@@ -85,7 +85,8 @@ extension Topics {
         guard levels.count >= 3 else { return false }
         switch levels[1] {
         case "_map", "_ctl": return levels.count >= 4
-        case "_repair", "_fanin": return levels.count == 4 && levels[2] == "reply"
+        case "_repair": return levels.count == 4 && levels[2] == "reply"
+        case "_fanin": return device == DeviceID.fleet.rawValue && levels.count == 4 && levels[2] == "reply"
         default: return levels[1] == Substring(device) && levels[2] == "reply" && levels.count >= 4
         }
     }

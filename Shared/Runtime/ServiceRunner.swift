@@ -63,6 +63,7 @@ public enum ServiceRunner {
         let output: MQTTClient
         let pressure: OutputPressure
         let host: ServiceHost<Row>
+        let storeLock: StoreLock
         let counters = HealthCounters()
         let health: HealthReporter
         do {
@@ -85,6 +86,10 @@ public enum ServiceRunner {
             pressure = OutputPressure(limit: settings.outputBacklogMax, counters: counters)
             let definition = try define(context, reader)
             try reader.rejectUnknownKeys()
+            if Repartition<Row>.interrupted(in: settings.dataDir, service: name) {
+                throw ConfigError("dataDir", "a repartition of \(settings.dataDir) was stopped halfway: run "
+                                  + "`tracker-\(name) repartition --to Q` again to finish it before starting")
+            }
             if settings.partitions > 1 {
                 let partitioned = try PartitionedService(context: context, definition: definition, counters: counters,
                                                          output: output, pressure: pressure, tickInterval: tickInterval)
@@ -97,7 +102,13 @@ public enum ServiceRunner {
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: settings.instance,
                 cleanStart: false, sessionExpirySec: 7 * 24 * 3600, username: settings.mqttUsername,
                 password: settings.mqttPassword, will: health.will, logger: context.logger))
-            host = try ServiceHost(definition, databasePath: context.databasePath(), bus: output, topics: context.topics,
+            // One process a store: a second one with the same id and data directory, or a repartition, waits for this one.
+            let path = try context.databasePath()
+            guard let held = try StoreLock(path: path + ".lock") else {
+                throw ConfigError("instance", "\(path) is in use by another process of \(name) (the same instance id and data directory)")
+            }
+            storeLock = held
+            host = try ServiceHost(definition, databasePath: path, bus: output, topics: context.topics,
                                    logger: context.logger, counters: counters, clock: context.clock,
                                    cacheCapacity: settings.deviceCacheCapacity, cacheBudgetBytes: settings.cacheBudgetMB << 20, queryBacklog: settings.queryBacklog,
                                    maxReplyBytes: settings.maxReplyBytes, sqliteCacheKB: settings.sqliteCacheMB * 1_000,
@@ -137,6 +148,7 @@ public enum ServiceRunner {
                                   + [Lifecycle.Part("input", inputPart), Lifecycle.Part("health", healthPart)], logger: logger)
         let ending = await lifecycle.run()
         host.close()
+        storeLock.release()
         return exitCode(after: ending, logger: logger)
     }
 

@@ -250,6 +250,9 @@ extension HeavySuites {
             }
             try await send(part)
             try await Self.expectEachOnce(published: Array(fixes[..<sent]), fleet: fleet, client: client)
+            // Refused while the unpartitioned services run (each holds its store's lock).
+            let running = try fleet.repartition(to: 3)
+            #expect(running.values.allSatisfy { $0.code == 1 && $0.output.contains("in use") }, "\(running)")
 
             for (count, instances) in [(3, ["a"]), (2, ["a", "b"])] {
                 // The gateway first: what comes meanwhile waits for its session at the broker.

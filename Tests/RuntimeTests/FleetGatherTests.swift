@@ -114,6 +114,19 @@ import Testing
         #expect(fleet.count == 1)
     }
 
+    /// No partition answered: the timeout still carries the request's id; a
+    /// gather started with a longer wait (a command that waits itself) gets it.
+    @Test func aTimeoutWithNoReplyCarriesTheRequestsIDAndAGatherMayWaitLonger() {
+        var fleet = gather(2)
+        _ = fleet.start("quick", asker: asker, how: .same, page: nil, requestID: .string("r1"), nowMs: 0)
+        _ = fleet.start("slow", asker: asker, how: .same, page: nil, requestID: .string("r2"), nowMs: 0, timeoutMs: 3_660_000)
+        let first = fleet.expire(nowMs: 120_000)
+        #expect(first.map(\.reply.id) == [.string("r1")])
+        #expect(first.first?.reply.message?.contains("partitions 0, 1 of 2") == true)
+        #expect(fleet.expire(nowMs: 3_659_999).isEmpty)
+        #expect(fleet.expire(nowMs: 3_660_000).map(\.reply.id) == [.string("r2")])
+    }
+
     @Test func pastItsCapacityNothingStarts() {
         var fleet = gather()
         let started = ["a", "b", "c"].map { fleet.start($0, asker: asker, how: .sum, page: nil, nowMs: 0) }

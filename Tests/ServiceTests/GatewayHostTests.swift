@@ -351,3 +351,27 @@ import Testing
         #expect(bus.messages.isEmpty)
     }
 }
+
+/// The partitioned gateway's ingress gate: an account's OwnTracks devices across partitions.
+@Suite struct AccountGateTests {
+    @Test func anAccountsNewDevicesPastTheLimitAreRefusedOnceAndTrackersOwnFriendsAreNoAccount() throws {
+        let database = TemporaryDatabase("gate")
+        let gate = try AccountGate(IngressGateContext(db: try Database(path: database.path), topics: Topics(),
+                                                      logger: Logger(label: "test", minimum: .off)), max: 2)
+        func location(_ topic: String) -> MQTTMessage { MQTTMessage(topic: topic, string: #"{"_type":"location","lat":1,"lon":2,"tst":3}"#) }
+        #expect(gate.check(location("owntracks/jane/a")) == nil)
+        #expect(gate.check(location("owntracks/jane/b/event")) == nil)
+        #expect(gate.check(location("owntracks/jane/a")) == nil)  // known: no slot taken twice
+        let refused = gate.check(location("owntracks/jane/c"))
+        #expect(refused?.refusal.code == .limitReached && refused?.refusal.announce == true)
+        #expect(gate.check(location("owntracks/jane/c"))?.refusal.announce == false)
+        // Not a device of the account: a command to the app, a cleared retained message, Tracker's own friend cards.
+        #expect(gate.check(location("owntracks/jane/d/cmd")) == nil)
+        #expect(gate.check(MQTTMessage(topic: "owntracks/jane/e", string: "")) == nil)
+        for n in 0..<5 { #expect(gate.check(location("owntracks/_tracker/van\(n)")) == nil) }
+        // … and took no slot: d and e are new devices past the limit when they speak.
+        #expect(gate.check(location("owntracks/jane/d"))?.refusal.code == .limitReached)
+        #expect(gate.check(location("owntracks/jane/e"))?.refusal.code == .limitReached)
+        #expect(gate.check(location("owntracks/bob/a")) == nil)
+    }
+}

@@ -49,7 +49,8 @@ final class AccountGate: IngressGate {
     func check(_ message: MQTTMessage) -> IngressRefusal? {
         // What creates no device in the partition creates none here: an empty name (refused
         // there), an empty payload (a retained message cleared), a command to the app.
-        guard let (user, name) = topics.ownTracksNames(message.topic), !user.isEmpty, !name.isEmpty,
+        // Tracker's own friend positions (`owntracks/_tracker/…`, published by the track service) are no user's.
+        guard let (user, name) = topics.ownTracksNames(message.topic), !user.isEmpty, !name.isEmpty, user != Topics.ownTracksFriendsUser,
               !message.payload.allSatisfy(FixParser.isWhitespace),
               !Self.isCommandToTheApp(message.topic) else { return nil }
         let device = DeviceID.ownTracks(user: user, device: name)

@@ -60,7 +60,7 @@ enum UploaderService {
                         }
                         if outcome == .notConfigured { throw CommandError(.notReady, "no sync config: send configureSync with at least a url") }
                         return .value(outcome)
-                    }.mergingFleetReplies(SyncOutcome.acrossPartitions),
+                    }.mergingFleetReplies(SyncOutcome.acrossPartitions, withinMs: Int64(settings.syncNowTimeoutMs) + 60_000),
                 ],
                 worker: ServiceWorker { bus, counters in
                     let worker = UploadWorker(path: db.path, topics: topics, transport: transport, clock: clock, logger: logger,

@@ -90,8 +90,9 @@ extension Routes {
     }
 
     /// How the partitions' replies to `name` for `_fleet` become one.
-    func fleetReplies(command name: String) -> FleetReplies {
-        commands.first { $0.name == name }?.fleetReplies ?? .same
+    func fleetReplies(command name: String) -> (how: FleetReplies, timeoutMs: Int64?) {
+        let route = commands.first { $0.name == name }
+        return (route?.fleetReplies ?? .same, route?.fleetReplyTimeoutMs)
     }
 }
 
@@ -215,6 +216,8 @@ public struct CommandRoute<Row> {
     /// How the partitions' replies to this command for `_fleet` become one,
     /// where the service is partitioned (`.same` unless the route says).
     public private(set) var fleetReplies = FleetReplies.same
+    /// How long the partitions may take to answer it for `_fleet`, beyond the usual (a command that waits).
+    public private(set) var fleetReplyTimeoutMs: Int64?
 
     /// A command that changes (or reads) a device's row; it shares the batch
     /// of the messages, so keep it short.
@@ -237,10 +240,12 @@ public struct CommandRoute<Row> {
 
     private init(name: String, scope: Scope, kind: Kind) { self.name = name; self.scope = scope; self.kind = kind }
 
-    /// This route, its `_fleet` replies merged across partitions as `how` says.
-    public func mergingFleetReplies(_ how: FleetReplies) -> CommandRoute {
+    /// This route, its `_fleet` replies merged across partitions as `how` says
+    /// (waited for `withinMs` at least, for a command that waits itself).
+    public func mergingFleetReplies(_ how: FleetReplies, withinMs: Int64? = nil) -> CommandRoute {
         var route = self
         route.fleetReplies = how
+        route.fleetReplyTimeoutMs = withinMs
         return route
     }
 }

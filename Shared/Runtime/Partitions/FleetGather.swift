@@ -43,11 +43,14 @@ struct FleetGather {
         let asker: Asker
         let how: FleetReplies
         let page: Page?
+        /// The request's `id`, for an answer no partition's reply carries (a timeout).
+        let requestID: JSONValue?
         let deadlineMs: Int64
         var replies: [CommandReply?]
     }
 
     let partitions: Int
+    /// How long a gather waits unless it is started with its own.
     let timeoutMs: Int64
     /// A reply's bound in bytes (a merged page stops short of it, as a partition's does).
     let maxReplyBytes: Int
@@ -65,9 +68,10 @@ struct FleetGather {
 
     /// Starts waiting for every partition's reply to gather `id`; false
     /// (nothing started) when `capacity` gathers wait already.
-    mutating func start(_ id: String, asker: Asker, how: FleetReplies, page: Page?, nowMs: Int64) -> Bool {
+    mutating func start(_ id: String, asker: Asker, how: FleetReplies, page: Page?, requestID: JSONValue? = nil, nowMs: Int64,
+                        timeoutMs: Int64? = nil) -> Bool {
         guard pending.count < capacity else { return false }
-        pending[id] = Pending(asker: asker, how: how, page: page, deadlineMs: nowMs + timeoutMs,
+        pending[id] = Pending(asker: asker, how: how, page: page, requestID: requestID, deadlineMs: nowMs + (timeoutMs ?? self.timeoutMs),
                               replies: Array(repeating: nil, count: partitions))
         return true
     }
@@ -90,10 +94,10 @@ struct FleetGather {
         for id in due.keys { pending[id] = nil }
         return due.values.map { gather in
             let missing = gather.replies.indices.filter { gather.replies[$0] == nil }
-            let id = gather.replies.lazy.compactMap { $0?.id }.first
+            let id = gather.requestID ?? gather.replies.lazy.compactMap { $0?.id }.first
             return Answer(asker: gather.asker, reply: .failure(id: id, CommandError(.timeout,
-                "partitions \(missing.map(String.init).joined(separator: ", ")) of \(partitions) did not answer within "
-                    + "\(timeoutMs / 1000) s; what the command changes may hold on the others only: send it again")))
+                "partitions \(missing.map(String.init).joined(separator: ", ")) of \(partitions) did not answer in time; "
+                    + "what the command changes may hold on the others only: send it again")))
         }
     }
 

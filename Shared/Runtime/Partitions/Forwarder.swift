@@ -25,8 +25,8 @@ final class Forwarder: @unchecked Sendable {
     let filters: [Filter]
     /// Whether a command name is this service's (another's is forwarded by that service's ingress).
     let answers: (String) -> Bool
-    /// How the partitions' replies to a `_fleet` command become one.
-    let fleetReplies: (String) -> FleetReplies
+    /// How the partitions' replies to a `_fleet` command become one, and how long they may take.
+    let fleetReplies: (String) -> (how: FleetReplies, timeoutMs: Int64?)
     /// Where the partitions' replies to a `_fleet` command come back (`{prefix}/_fanin/reply/{service}`).
     let fanInTopic: String
     let replyPrefixes: [String]
@@ -35,8 +35,8 @@ final class Forwarder: @unchecked Sendable {
     private let unacknowledged = Unacknowledged()
     private let gathers: Mutex<FleetGather>
 
-    /// A gather waits this long for every partition: longer than a partition's
-    /// own slowest answer (the uploader's `syncNow`, 60 s by default) and a lease's takeover.
+    /// A gather waits this long for every partition, unless its route says
+    /// longer: a partition's answer, and a lease's takeover when its instance dies.
     static let gatherTimeoutMs: Int64 = 120_000
 
     init<Row>(routes: Routes<Row>, service: String, topics: Topics, partitioning: Partitioning, output: MQTTClient,
@@ -113,8 +113,16 @@ final class Forwarder: @unchecked Sendable {
         if let topic = message.responseTopic, !topics.mayReply(to: topic, for: DeviceID.fleet.rawValue, outside: replyPrefixes) {
             return send(message, to: 0, replying: true)
         }
+        // The gathers' own topic is no asker's: the answer would pass for a partition's reply.
+        if let topic = message.responseTopic, topic.hasPrefix("\(topics.prefix)/_fanin/") {
+            counters.count("badResponseTopic")
+            let id = (try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload)))?.id
+            return answer(.init(asker: .init(topic: topics.reply(.fleet, name), correlationData: message.correlationData),
+                                reply: .failure(id: id, CommandError(.badInput, "responseTopic: '\(topic.prefix(120))' is the partitions' "
+                                    + "reply topic, not an asker's (use \(topics.prefix)/_fleet/reply/…)"))))
+        }
         let asker = FleetGather.Asker(topic: message.responseTopic ?? topics.reply(.fleet, name), correlationData: message.correlationData)
-        let how = fleetReplies(name)
+        let (how, timeoutMs) = fleetReplies(name)
         var payload = message.payload
         var page: FleetGather.Page?
         let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
@@ -132,7 +140,8 @@ final class Forwarder: @unchecked Sendable {
             payload = Array(JSONCoding.encode(CommandRequest(id: request.id, args: .object(args))))
         }
         let id = UUID().uuidString.lowercased()
-        guard gathers.withLock({ $0.start(id, asker: asker, how: how, page: page, nowMs: clock.nowMs()) }) else {
+        guard gathers.withLock({ $0.start(id, asker: asker, how: how, page: page, requestID: request?.id, nowMs: clock.nowMs(),
+                                          timeoutMs: max(Self.gatherTimeoutMs, timeoutMs ?? 0)) }) else {
             return answer(.init(asker: asker, reply: .failure(id: request?.id, CommandError(.busy,
                 "\(FleetGather.capacityDefault) fleet commands are waiting for their partitions already; try again shortly"))))
         }

@@ -32,13 +32,21 @@ final class PartitionRun<Row>: OwnedRun, @unchecked Sendable {
     func stop() { stopping.request() }
 
     func run(after output: MQTTClient, tickInterval: Duration, pressure: OutputPressure, logger: Logger,
-             connected: @escaping @Sendable () -> Void) async {
+             partitionsSubscribed: @escaping @Sendable () -> Bool, connected: @escaping @Sendable () -> Void) async {
         let host = self.host
         ServiceRunner.drive(host, from: input, output: output, pressure: pressure, tickInterval: tickInterval) { host.tick() }
+        // What it sends on to another partition (a device of another after a repartition) needs that one's
+        // session: once connected and subscribed itself (which takes reading), it reads on when every partition is.
+        let subscribed = Locked(false)
+        input.setReadGate { [output, pressure] in
+            (!subscribed.withLock { $0 } || partitionsSubscribed()) && pressure.allowsReading(waiting: output.inFlight)
+        }
         // Another instance took the session: it owns the partition now.
         input.setOnTakenOver { [stopping] in stopping.request() }
-        let inputPart = ConnectionPart(input, subscribing: host.subscriptions, after: output, drainTimeout: .seconds(1),
-                                       logger: logger, connected: connected)
+        let inputPart = ConnectionPart(input, subscribing: host.subscriptions, after: output, drainTimeout: .seconds(1), logger: logger) {
+            subscribed.withLock { $0 = true }
+            connected()
+        }
         let lifecycle = Lifecycle(host.parts + [Lifecycle.Part("input p\(k)", inputPart)], logger: logger,
                                   signals: { [stopping] in await stopping.wait(); return 0 })
         _ = await lifecycle.run()

@@ -261,7 +261,8 @@ final class PartitionedService<Row>: @unchecked Sendable {
         }
         run.input.setOnRefused { [counters] _, _ in counters.count("denied") }
         launch(run, named: "partition \(k)") { [self] connected in
-            await run.run(after: output, tickInterval: tickInterval, pressure: pressure, logger: logger, connected: connected)
+            await run.run(after: output, tickInterval: tickInterval, pressure: pressure, logger: logger,
+                          partitionsSubscribed: { [self] in partitionsSubscribed() }, connected: connected)
         }
     }
 

@@ -72,6 +72,23 @@ public struct Repartition<Row> {
     }
 
     public func run() throws -> Report {
+        let staging = Self.stagingPath(directory, service: service)
+        if let data = FileManager.default.contents(atPath: "\(staging)/\(Self.swapFile)") {
+            // An earlier run wrote the new stores and was stopped while moving files: finish that one first.
+            let swap = try JSONCoding.decoder.decode(Swap.self, from: data)
+            guard let lock = try StoreLock(path: "\(directory)/\(swap.targets[0]).lock") else {
+                throw Failure("\(swap.targets[0]) is in use: stop every instance of \(service) first")
+            }
+            defer { lock.release() }
+            try finish(swap, staging: staging)
+            guard swap.targets.count == target else {
+                throw Failure("finished the repartition an earlier run began (to \(swap.targets.count) stores; the old ones are in "
+                              + "\(swap.kept)); run again to change the count once more")
+            }
+            var report = Report(from: swap.sources.first == unpartitionedName ? 1 : swap.sources.count, to: target)
+            report.kept = swap.kept
+            return report
+        }
         let sourceNames = try sources()
         let from = sourceNames.first == unpartitionedName ? 1 : sourceNames.count
         guard target != from else { throw Failure("\(service)'s stores have \(from) partition\(from == 1 ? "" : "s") already") }
@@ -85,32 +102,62 @@ public struct Repartition<Row> {
             }
             locks.append(lock)
         }
-        let staging = "\(directory)/repartition-\(target).tmp"
-        try? FileManager.default.removeItem(atPath: staging)
+        try? FileManager.default.removeItem(atPath: staging)  // an earlier run's, stopped before its swap began
         try FileManager.default.createDirectory(atPath: staging, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
         let targetNames = target == 1 ? [unpartitionedName] : (0..<target).map(partitionName)
         // Every store is closed again when this returns: only then are files moved.
         var report = try write(from: sourceNames, to: targetNames, in: staging, ingress: target > 1 ? "\(directory)/\(ingressName)" : nil)
-
-        // The old stores (with their -wal and -shm) go aside; the new take their place.
-        let kept = "\(directory)/before-repartition-\(nowMs)"
-        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
-        let present = Set((try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [])
-        for name in sourceNames {
-            for file in [name, name + "-wal", name + "-shm"] where present.contains(file) {
-                try FileManager.default.moveItem(atPath: "\(directory)/\(file)", toPath: "\(kept)/\(file)")
-            }
-        }
-        let staged = Set((try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? [])
-        for name in targetNames {
-            for file in [name, name + "-wal", name + "-shm"] where staged.contains(file) {
-                try FileManager.default.moveItem(atPath: "\(staging)/\(file)", toPath: "\(directory)/\(file)")
-            }
-        }
-        try? FileManager.default.removeItem(atPath: staging)
-        report.kept = kept
-        logger.info("repartitioned", ["service": service, "from": "\(from)", "to": "\(target)", "kept": kept])
+        // Said before the first file moves: an interrupted swap is finished by the next run.
+        let swap = Swap(sources: sourceNames, targets: targetNames, kept: "\(directory)/before-repartition-\(nowMs)")
+        try JSONCoding.encode(swap).write(to: URL(fileURLWithPath: "\(staging)/\(Self.swapFile)"), options: .atomic)
+        try finish(swap, staging: staging)
+        report.kept = swap.kept
+        logger.info("repartitioned", ["service": service, "from": "\(from)", "to": "\(target)", "kept": swap.kept])
         return report
+    }
+
+    /// The file moves that end a repartition, said in the staging directory
+    /// before the first is made: the old stores (with their -wal and -shm)
+    /// aside into `kept`, then the new ones in.
+    struct Swap: Codable {
+        var sources: [String]
+        var targets: [String]
+        var kept: String
+    }
+
+    static var swapFile: String { "swap.json" }
+
+    static func stagingPath(_ directory: String, service: String) -> String { "\(directory)/repartition-\(service).tmp" }
+
+    /// A swap a repartition began and did not finish (the service must not start on half of it).
+    public static func interrupted(in directory: String, service: String) -> Bool {
+        FileManager.default.fileExists(atPath: "\(stagingPath(directory, service: service))/\(swapFile)")
+    }
+
+    /// Finishes `swap`, however far an earlier run got: the old stores all
+    /// go out before the first new one comes in, so while every new one is
+    /// still staged the old ones left are moved aside, and after that only
+    /// the new ones left are moved in.
+    func finish(_ swap: Swap, staging: String) throws {
+        let files = FileManager.default
+        if !files.fileExists(atPath: swap.kept) {
+            try files.createDirectory(atPath: swap.kept, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+        }
+        let staged = Set((try? files.contentsOfDirectory(atPath: staging)) ?? [])
+        if swap.targets.allSatisfy(staged.contains) {
+            let present = Set((try? files.contentsOfDirectory(atPath: directory)) ?? [])
+            for name in swap.sources {
+                for file in [name, name + "-wal", name + "-shm"] where present.contains(file) {
+                    try files.moveItem(atPath: "\(directory)/\(file)", toPath: "\(swap.kept)/\(file)")
+                }
+            }
+        }
+        for name in swap.targets {
+            for file in [name, name + "-wal", name + "-shm"] where staged.contains(file) {
+                try files.moveItem(atPath: "\(staging)/\(file)", toPath: "\(directory)/\(file)")
+            }
+        }
+        try files.removeItem(atPath: staging)
     }
 
     /// The new stores, written in `staging` from the old, in one transaction each.
