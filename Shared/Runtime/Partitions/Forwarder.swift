@@ -92,6 +92,18 @@ final class Forwarder: @unchecked Sendable {
         }
     }
 
+    /// A message from a removed partition's session (after a repartition):
+    /// sent on to its device's partition now; the fleet's and the services'
+    /// own (answered or repaired already) are counted, not sent.
+    func forwardToOwner(_ message: MQTTMessage) {
+        let contract = topics.outsidePartition(message.topic)
+        guard !contract.hasPrefix("\(topics.prefix)/\(DeviceID.fleet)/"), let owner = topics.partition(ofTopic: contract, in: partitioning),
+              let topic = topics.underPartition(owner, contract) else { return counters.count("notForwarded") }
+        counters.count("forwardedToOwner")
+        publish(MQTTMessage(topic: topic, payload: message.payload, qos: .atLeastOnce,
+                            responseTopic: message.responseTopic, correlationData: message.correlationData))
+    }
+
     /// A message the service's gate refused: counted as a partition counts
     /// a refusal, and said to the device in an `error` event once.
     func refuse(_ refused: IngressRefusal) {

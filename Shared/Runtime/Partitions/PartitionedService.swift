@@ -38,6 +38,10 @@ final class PartitionedService<Row>: @unchecked Sendable {
     private let displaced = StopRequest()
     /// The partitions each other live instance runs, by its health.
     private let runElsewhere = Locked<[String: (partitions: Set<Int>, liveUntilMs: Int64)]>([:])
+    /// Partitions of a larger count, named by leases retained from before a
+    /// repartition, and those being drained now.
+    private let removed = Locked<Set<Int>>([])
+    private let draining = Locked<Set<Int>>([])
     /// Every partition has run, so its session, with its subscriptions,
     /// is at the broker: only then does the ingress forward (a message
     /// forwarded to a partition no session subscribed to is dropped by the broker).
@@ -101,6 +105,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             // Disconnected, it hears neither leases nor health: it decides nothing (see `reconnected` and `watchCutOff`).
             if control.isConnected { act(board.withLock { $0.tick(nowMs: context.clock.nowMs()) }) }
             forwarder.expireGathers()
+            drainRemovedPartitions()
             heapTrims.trimIfDue()
         }
         let quietMs = Self.quietMs(context.settings)
@@ -155,9 +160,11 @@ final class PartitionedService<Row>: @unchecked Sendable {
     // MARK: Control messages (control's network thread)
 
     func take(_ message: MQTTMessage) {
-        if let slot = topics.leaseSlot(message.topic, service: service),
-           // A partition's lease retained from a larger count (before a repartition) is no slot of this one.
-           let k = slot == "ingress" ? partitioning.count : Int(slot).flatMap({ $0 < partitioning.count ? $0 : nil }) {
+        if let slot = topics.leaseSlot(message.topic, service: service), let n = Int(slot), n >= partitioning.count {
+            // A partition of a larger count (before a repartition): no slot of this one; its session is drained.
+            if !message.payload.isEmpty { removed.withLock { _ = $0.insert(n) } }
+        } else if let slot = topics.leaseSlot(message.topic, service: service),
+                  let k = slot == "ingress" ? partitioning.count : Int(slot) {
             // One it cannot read counts as none: at worst a claim, which the fences stop.
             let lease = message.payload.isEmpty ? nil : try? JSONCoding.decoder.decode(Lease.self, from: Data(message.payload))
             board.withLock { $0.lease(k, lease) }
@@ -192,6 +199,46 @@ final class PartitionedService<Row>: @unchecked Sendable {
     }
 
     // MARK: Partitions
+
+    /// After the partitions shrank (`repartition`), what the sessions of the
+    /// removed ones still hold (what the ingress forwarded there before they
+    /// stopped) is sent on to each device's partition now, once, by the
+    /// instance that runs the ingress, and their leases are cleared.
+    func drainRemovedPartitions() {
+        guard runs.withLock({ $0[partitioning.count] != nil }), partitionsSubscribed() else { return }
+        let due = draining.withLock { busy in removed.withLock { $0 }.subtracting(busy).map { k in busy.insert(k); return k } }
+        for k in due { Task.detached { [self] in await drain(removedPartition: k) } }
+    }
+
+    private func drain(removedPartition k: Int) async {
+        let settings = context.settings
+        let name = "tracker-\(service)-p\(k)"
+        defer { draining.withLock { _ = $0.remove(k) } }
+        do {
+            // Its own session resumed (not cleaned), and ended when this connection closes (no expiry).
+            let client = try MQTTClient(MQTTOptions(
+                host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
+                username: settings.mqttUsername, password: settings.mqttPassword, logger: logger))
+            let lastMs = Locked(context.clock.nowMs()), count = Locked(0)
+            client.setHandler { [self] message in
+                forwarder.forwardToOwner(message)
+                lastMs.withLock { $0 = context.clock.nowMs() }
+                count.withLock { $0 += 1 }
+            }
+            client.setBeforeAcknowledging { [forwarder] in forwarder.waitForwarded() }
+            try await client.connect(timeout: .seconds(10))
+            // Its queue comes at once: done when nothing came for two seconds.
+            while context.clock.nowMs() - lastMs.withLock({ $0 }) < 2_000 { try await Task.sleep(for: .milliseconds(250)) }
+            await client.disconnect(timeout: .seconds(5))
+            // Its own number, not `leaseTopic`: with one partition fewer, its number is the ingress's slot.
+            try output.publish(MQTTMessage(topic: topics.lease(service, "\(k)"), payload: [], retain: true))
+            removed.withLock { _ = $0.remove(k) }
+            logger.info("drained the session of a partition removed by a repartition",
+                        ["partition": "\(k)", "messages": "\(count.withLock { $0 })"])
+        } catch {
+            logger.warning("cannot drain a removed partition's session yet; trying again", ["partition": "\(k)", "error": "\(error)"])
+        }
+    }
 
     func act(_ effects: [PartitionBoard.Effect]) {
         for effect in effects {
