@@ -72,6 +72,13 @@ extension Topics {
         return partitioning.partition(ofSegment: levels[1])
     }
 
+    /// The partition that owns a contract topic's device: nil for the
+    /// fleet's (every partition holds its share) and the services' own.
+    public func owner(ofTopic topic: String, in partitioning: Partitioning) -> Int? {
+        guard !topic.hasPrefix("\(prefix)/\(DeviceID.fleet)/") else { return nil }
+        return partition(ofTopic: topic, in: partitioning)
+    }
+
     /// The contract topic a partition's topic stands for
     /// (`tracker/_p/5/van7/fixes` → `tracker/van7/fixes`); others unchanged.
     public func outsidePartition(_ topic: String) -> String {

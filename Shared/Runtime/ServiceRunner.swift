@@ -67,10 +67,9 @@ public enum ServiceRunner {
         let counters = HealthCounters()
         let health: HealthReporter
         do {
-            let reader = try SettingsReader.load(service: name, arguments: arguments, environment: environment)
-            let settings = try CommonSettings(service: name, reader)
-            context = ServiceContext(name: name, settings: settings,
-                                     logger: Logger(label: settings.instance, minimum: settings.logLevel))
+            let definition: ServiceDefinition<Row>
+            (context, definition) = try configured(name: name, arguments: arguments, environment: environment, define: define)
+            let settings = context.settings
             health = HealthReporter(service: name, instance: settings.instance, topics: context.topics,
                                     interval: .milliseconds(Int64(settings.healthIntervalSec * 1000)), counters: counters)
             // With logins the broker names each connection after its account
@@ -84,8 +83,6 @@ public enum ServiceRunner {
                 cleanStart: true, username: settings.mqttUsername.map { settings.partitions > 1 ? $0 : "\($0)-out" },
                 password: settings.mqttPassword, logger: context.logger))
             pressure = OutputPressure(limit: settings.outputBacklogMax, counters: counters)
-            let definition = try define(context, reader)
-            try reader.rejectUnknownKeys()
             if Repartition<Row>.interrupted(in: settings.dataDir, service: name) {
                 throw ConfigError("dataDir", "a repartition of \(settings.dataDir) was stopped halfway: run "
                                   + "`tracker-\(name) repartition --to Q` again to finish it before starting")
@@ -152,6 +149,19 @@ public enum ServiceRunner {
         return exitCode(after: ending, logger: logger)
     }
 
+    /// The service's settings (its config file, then the environment), its
+    /// context and its definition; a key nobody read is refused.
+    static func configured<Row>(name: String, arguments: [String], environment: [String: String],
+                                define: (ServiceContext, SettingsReader) throws -> ServiceDefinition<Row>) throws
+        -> (ServiceContext, ServiceDefinition<Row>) {
+        let reader = try SettingsReader.load(service: name, arguments: arguments, environment: environment)
+        let settings = try CommonSettings(service: name, reader)
+        let context = ServiceContext(name: name, settings: settings, logger: Logger(label: settings.instance, minimum: settings.logLevel))
+        let definition = try define(context, reader)
+        try reader.rejectUnknownKeys()
+        return (context, definition)
+    }
+
     /// `tracker-{service} repartition --to Q [--config FILE]`: the stopped
     /// service's stores in its `dataDir`, moved to Q partitions (see
     /// `Repartition`). 0 when done, 1 when refused (nothing changed), 2 for bad settings.
@@ -167,12 +177,8 @@ public enum ServiceRunner {
         }
         rest.removeSubrange(index...(index + 1))
         do {
-            let reader = try SettingsReader.load(service: name, arguments: [arguments[0]] + rest, environment: environment)
-            let settings = try CommonSettings(service: name, reader)
-            let context = ServiceContext(name: name, settings: settings, logger: Logger(label: "tracker-\(name)", minimum: settings.logLevel))
-            let definition = try define(context, reader)
-            try reader.rejectUnknownKeys()
-            let report = try Repartition(definition: definition, directory: settings.dataDir, target: target,
+            let (context, definition) = try configured(name: name, arguments: [arguments[0]] + rest, environment: environment, define: define)
+            let report = try Repartition(definition: definition, directory: context.settings.dataDir, target: target,
                                          nowMs: context.clock.nowMs(), logger: context.logger).run()
             print("tracker-\(name): \(report); start every instance with partitions \(target)")
             return 0

@@ -27,6 +27,8 @@ final class AccountGate: IngressGate {
     private let topics: Topics
     private let logger: Logger
     private let max: Int
+    /// `{ownTracksTopic}/`
+    private let ownTracksRoot: String
     private let find: Statement
     private let count: Statement
     private let insert: Statement
@@ -41,19 +43,26 @@ final class AccountGate: IngressGate {
         for (name, sql) in Self.migrations { migrator.register(name, sql) }
         try migrator.migrate(db)
         self.db = db; self.topics = context.topics; self.logger = context.logger; self.max = max
+        ownTracksRoot = "\(context.topics.ownTracksPrefix)/"
         find = try db.prepare("SELECT 1 FROM account_devices WHERE device = ?")
         count = try db.prepare("SELECT count(*) FROM account_devices WHERE account = ?")
         insert = try db.prepare("INSERT INTO account_devices (device, account) VALUES (?, ?)")
     }
 
     func check(_ message: MQTTMessage) -> IngressRefusal? {
-        // What creates no device in the partition creates none here: an empty name (refused
-        // there), an empty payload (a retained message cleared), a command to the app.
-        // Tracker's own friend positions (`owntracks/_tracker/…`, published by the track service) are no user's.
-        guard let (user, name) = topics.ownTracksNames(message.topic), !user.isEmpty, !name.isEmpty, user != Topics.ownTracksFriendsUser,
-              !message.payload.allSatisfy(FixParser.isWhitespace),
-              !Self.isCommandToTheApp(message.topic) else { return nil }
-        let device = DeviceID.ownTracks(user: user, device: name)
+        // Most of what the ingress takes is not OwnTracks': told by its first level alone.
+        guard message.topic.hasPrefix(ownTracksRoot) else { return nil }
+        // What creates no device in the partition creates none here: Tracker's own friend positions
+        // (`parse` says `.other`), a command to the app, an empty name (refused there), an empty
+        // payload (a retained message cleared).
+        let device: DeviceID
+        switch topics.parse(message.topic) {
+        case .ownTracks(let id): device = id
+        case .ownTracksSubtopic(let id, let sub) where sub != "cmd": device = id
+        default: return nil
+        }
+        guard let (user, name) = topics.ownTracksNames(message.topic), !user.isEmpty, !name.isEmpty,
+              !message.payload.allSatisfy(FixParser.isWhitespace) else { return nil }
         if known.contains(device) { return nil }
         do {
             if try find.exists(.text(device.rawValue)) { return remember(device) }
@@ -74,19 +83,12 @@ final class AccountGate: IngressGate {
         }
     }
 
-    /// `{ownTracks}/{user}/{device}/cmd`: ours (`reportLocation`) or another tool's, not the app's data.
-    static func isCommandToTheApp(_ topic: String) -> Bool {
-        let levels = topic.split(separator: "/", omittingEmptySubsequences: false)
-        return levels.count == 4 && levels[3] == "cmd"
-    }
-
     /// Every OwnTracks device a partition's store has, counted for its account.
     func absorb(partitionStore: Database) throws {
         let owned = try partitionStore.query("SELECT device, account FROM account_devices") { ($0.string(0), $0.string(1)) }
+        let add = try db.prepare("INSERT OR IGNORE INTO account_devices (device, account) VALUES (?, ?)")
         try db.transaction {
-            for (device, account) in owned {
-                try db.run("INSERT OR IGNORE INTO account_devices (device, account) VALUES (?, ?)", .text(device), .text(account))
-            }
+            for (device, account) in owned { try add.run(.text(device), .text(account)) }
         }
     }
 

@@ -199,19 +199,13 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         if let partition {
             var message = message
             message.topic = topics.outsidePartition(message.topic)
-            if let owner = owner(of: message.topic), owner != partition { return forward(message, to: owner) }
+            // After the stores were repartitioned, a session may still hold messages of devices it had under the old count.
+            if let partitioning = topics.partitioning, let owner = topics.owner(ofTopic: message.topic, in: partitioning), owner != partition {
+                return forward(message, to: owner)
+            }
             return take(message)
         }
         take(message)
-    }
-
-    /// The partition a device's message belongs to now: after the stores were
-    /// repartitioned, a session may still hold messages of devices it had
-    /// under the old count (nil for the fleet's and the services' own, which go to every partition).
-    private func owner(of topic: String) -> Int? {
-        guard let partitioning = topics.partitioning, partitioning.count > 1,
-              let k = topics.partition(ofTopic: topic, in: partitioning) else { return nil }
-        return topic.hasPrefix("\(topics.prefix)/\(DeviceID.fleet)/") ? nil : k
     }
 
     /// Sends a device's message on to its partition once the batch is committed; that one applies it.

@@ -50,7 +50,7 @@ struct FleetGather {
     }
 
     let partitions: Int
-    /// How long a gather waits unless it is started with its own.
+    /// How long a gather waits at least (one started with a longer wait gets that).
     let timeoutMs: Int64
     /// A reply's bound in bytes (a merged page stops short of it, as a partition's does).
     let maxReplyBytes: Int
@@ -58,9 +58,7 @@ struct FleetGather {
     let capacity: Int
     private var pending: [String: Pending] = [:]
 
-    static let capacityDefault = 256
-
-    init(partitions: Int, timeoutMs: Int64, maxReplyBytes: Int, capacity: Int = capacityDefault) {
+    init(partitions: Int, timeoutMs: Int64, maxReplyBytes: Int, capacity: Int = 256) {
         self.partitions = partitions; self.timeoutMs = timeoutMs; self.maxReplyBytes = maxReplyBytes; self.capacity = capacity
     }
 
@@ -71,7 +69,7 @@ struct FleetGather {
     mutating func start(_ id: String, asker: Asker, how: FleetReplies, page: Page?, requestID: JSONValue? = nil, nowMs: Int64,
                         timeoutMs: Int64? = nil) -> Bool {
         guard pending.count < capacity else { return false }
-        pending[id] = Pending(asker: asker, how: how, page: page, requestID: requestID, deadlineMs: nowMs + (timeoutMs ?? self.timeoutMs),
+        pending[id] = Pending(asker: asker, how: how, page: page, requestID: requestID, deadlineMs: nowMs + max(self.timeoutMs, timeoutMs ?? 0),
                               replies: Array(repeating: nil, count: partitions))
         return true
     }

@@ -96,12 +96,11 @@ final class Forwarder: @unchecked Sendable {
     /// sent on to its device's partition now; the fleet's and the services'
     /// own (answered or repaired already) are counted, not sent.
     func forwardToOwner(_ message: MQTTMessage) {
-        let contract = topics.outsidePartition(message.topic)
-        guard !contract.hasPrefix("\(topics.prefix)/\(DeviceID.fleet)/"), let owner = topics.partition(ofTopic: contract, in: partitioning),
-              let topic = topics.underPartition(owner, contract) else { return counters.count("notForwarded") }
+        var contract = message
+        contract.topic = topics.outsidePartition(message.topic)
+        guard let owner = topics.owner(ofTopic: contract.topic, in: partitioning) else { return counters.count("notForwarded") }
         counters.count("forwardedToOwner")
-        publish(MQTTMessage(topic: topic, payload: message.payload, qos: .atLeastOnce,
-                            responseTopic: message.responseTopic, correlationData: message.correlationData))
+        send(contract, to: owner, replying: true)
     }
 
     /// A message the service's gate refused: counted as a partition counts
@@ -152,10 +151,12 @@ final class Forwarder: @unchecked Sendable {
             payload = Array(JSONCoding.encode(CommandRequest(id: request.id, args: .object(args))))
         }
         let id = UUID().uuidString.lowercased()
-        guard gathers.withLock({ $0.start(id, asker: asker, how: how, page: page, requestID: request?.id, nowMs: clock.nowMs(),
-                                          timeoutMs: max(Self.gatherTimeoutMs, timeoutMs ?? 0)) }) else {
+        let (started, capacity) = gathers.withLock {
+            ($0.start(id, asker: asker, how: how, page: page, requestID: request?.id, nowMs: clock.nowMs(), timeoutMs: timeoutMs), $0.capacity)
+        }
+        guard started else {
             return answer(.init(asker: asker, reply: .failure(id: request?.id, CommandError(.busy,
-                "\(FleetGather.capacityDefault) fleet commands are waiting for their partitions already; try again shortly"))))
+                "\(capacity) fleet commands are waiting for their partitions already; try again shortly"))))
         }
         for k in 0..<partitioning.count {
             guard let topic = topics.underPartition(k, message.topic) else { continue }

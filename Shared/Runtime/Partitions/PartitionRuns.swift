@@ -1,7 +1,6 @@
 import Bus
 import Foundation
 import Model
-import Store
 import Synchronization
 import TrackerLog
 
@@ -61,10 +60,9 @@ final class PartitionRun<Row>: OwnedRun, @unchecked Sendable {
 /// broker holds every copy.
 final class IngressRun: OwnedRun, @unchecked Sendable {
     // @unchecked: `gate` is used on the client's network thread only, and closed once that has stopped.
-    /// The service's gate on its own store, and the lock that fences that store.
+    /// The service's gate (which keeps its own store open), and the lock that fences that store.
     struct Gate {
         let check: any IngressGate
-        let db: Database
         let lock: StoreLock
     }
 

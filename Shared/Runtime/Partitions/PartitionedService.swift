@@ -36,8 +36,8 @@ final class PartitionedService<Row>: @unchecked Sendable {
     private let lastTips = Locked<[Int: (streams: [String: StreamTips], unchanged: Int)]>([:])
     /// Set when another process took this instance's control session: the instance ends.
     private let displaced = StopRequest()
-    /// The partitions each other live instance runs, by its health.
-    private let runElsewhere = Locked<[String: (partitions: Set<Int>, liveUntilMs: Int64)]>([:])
+    /// The partitions each other instance ran by its last health (whether it is live is the board's to say).
+    private let runElsewhere = Locked<[String: Set<Int>]>([:])
     /// Partitions of a larger count, named by leases retained from before a
     /// repartition, and those being drained now.
     private let removed = Locked<Set<Int>>([])
@@ -181,7 +181,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
                 h.status == .online ? h.timeMs + max(3 * (h.intervalMs ?? 5_000), Int64(context.settings.leaseSec * 1000)) : nil
             }
             board.withLock { $0.member(instance, liveUntilMs: until) }
-            runElsewhere.withLock { $0[instance] = until.map { (Set(health?.partitions ?? []), $0) } }
+            runElsewhere.withLock { $0[instance] = Set(health?.partitions ?? []) }
         }
     }
 
@@ -190,9 +190,10 @@ final class PartitionedService<Row>: @unchecked Sendable {
     /// a session outlives its instance at the broker.
     func partitionsSubscribed() -> Bool {
         if everyPartitionSubscribed.withLock({ $0 }) { return true }
-        let now = context.clock.nowMs()
-        var seen = Set(board.withLock { $0.running })
-        for (_, other) in runElsewhere.withLock({ $0 }) where other.liveUntilMs > now { seen.formUnion(other.partitions) }
+        let (running, live) = board.withLock { ($0.running, $0.liveMembers(nowMs: context.clock.nowMs())) }
+        var seen = Set(running)
+        let elsewhere = runElsewhere.withLock { $0 }
+        for instance in live { seen.formUnion(elsewhere[instance] ?? []) }
         guard Set(0..<partitioning.count).isSubset(of: seen) else { return false }
         everyPartitionSubscribed.withLock { $0 = true }
         return true
@@ -334,7 +335,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
                     return
                 }
                 let db = try Database(path: path)
-                gate = IngressRun.Gate(check: try open(IngressGateContext(db: db, topics: topics, logger: logger)), db: db, lock: lock)
+                gate = IngressRun.Gate(check: try open(IngressGateContext(db: db, topics: topics, logger: logger)), lock: lock)
             }
             let client = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: session, cleanStart: false,

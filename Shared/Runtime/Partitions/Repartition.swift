@@ -51,6 +51,9 @@ public struct Repartition<Row> {
     var unpartitionedName: String { "tracker-\(service).sqlite" }
     func partitionName(_ k: Int) -> String { "tracker-\(service)-p\(k).sqlite" }
 
+    /// The partitions a list of stores stands for (the unpartitioned store is one).
+    func count(of stores: [String]) -> Int { stores == [unpartitionedName] ? 1 : stores.count }
+
     /// The stores there are now: one unpartitioned, or P partitions' (0..<P, none missing).
     func sources() throws -> [String] {
         let files = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
@@ -85,12 +88,12 @@ public struct Repartition<Row> {
                 throw Failure("finished the repartition an earlier run began (to \(swap.targets.count) stores; the old ones are in "
                               + "\(swap.kept)); run again to change the count once more")
             }
-            var report = Report(from: swap.sources.first == unpartitionedName ? 1 : swap.sources.count, to: target)
+            var report = Report(from: count(of: swap.sources), to: target)
             report.kept = swap.kept
             return report
         }
         let sourceNames = try sources()
-        let from = sourceNames.first == unpartitionedName ? 1 : sourceNames.count
+        let from = count(of: sourceNames)
         guard target != from else { throw Failure("\(service)'s stores have \(from) partition\(from == 1 ? "" : "s") already") }
         // No instance may run: each holds its partitions' locks and the ingress's (an unpartitioned one: see docs/scaling.md).
         let ingressName = "tracker-\(service)-in.sqlite"
@@ -174,7 +177,7 @@ public struct Repartition<Row> {
             try db.run("INSERT INTO host_identity (epoch, createdMs) VALUES (?, ?)", .text(UUID().uuidString.lowercased()), .integer(nowMs))
             return db
         }
-        var report = Report(from: sourceNames.first == unpartitionedName ? 1 : sourceNames.count, to: targetNames.count)
+        var report = Report(from: count(of: sourceNames), to: targetNames.count)
         let partitioning = Partitioning(count: targetNames.count)
         for db in targets { try db.execute("BEGIN") }
         for table in try tables(of: targets[0]) {
