@@ -100,7 +100,7 @@ extension FilterCore {
                 east.update(velocity: 0, r: 0.09)
                 north.update(velocity: 0, r: 0.09)
             } else if let course = fix.courseDeg, speed >= 2 {
-                let rv = 0.25 + 0.0004 * speed * speed
+                let rv = Self.dopplerVelocityVariance(speed: speed)
                 let velocity = Geodesy.velocity(speed: speed, courseDeg: course)
                 east.update(velocity: velocity.east, r: rv)
                 north.update(velocity: velocity.north, r: rv)
@@ -121,6 +121,15 @@ extension FilterCore {
         return FilterStep(frame: track.frame, priorTimeMs: priorTimeMs, timeMs: fix.timeMs,
                           predictedEast: prediction.east, predictedNorth: prediction.north, east: east, north: north)
     }
+
+    /// Per axis (m²/s²): the speed's own error (~0.5 m/s), and the course's
+    /// (~3°), which moves the velocity across the way by speed × error.
+    /// Fast, the course error dominates: at 30 m/s 3° is 1.6 m/s.
+    static func dopplerVelocityVariance(speed: Double) -> Double {
+        let across = speed * Self.dopplerCourseSigmaRad
+        return 0.25 + across * across
+    }
+    static let dopplerCourseSigmaRad = 3 * Double.pi / 180
 
     /// Feeds the fix's innovation to the device's noise correlation: only
     /// fixes without Doppler a second or two apart, while moving.
