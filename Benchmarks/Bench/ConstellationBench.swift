@@ -58,8 +58,7 @@ enum ConstellationBench {
             for round in range where sent < limit {
                 for device in 0..<devices where sent < limit {
                     let fix = drives[device % 20][(underWay + round) % 1_600]
-                    while client.inFlight > 2_000 { await Task.yield() }
-                    try client.publish(MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
+                    try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
                     sent += 1
                 }
             }
@@ -163,8 +162,7 @@ enum ConstellationBench {
             let before = (judgedBefore.counters?["accepted"] ?? 0) + (judgedBefore.counters?["rejected"] ?? 0)
             for k in 0..<warmup {
                 for d in 0..<devices {
-                    while client.inFlight > 2_000 { await Task.yield() }
-                    try client.publish(MQTTMessage(topic: "tracker/\(tag)-\(d)/fixes", string: DemoRecording.line(drives[d % 20][underWay + k])))
+                    try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/\(tag)-\(d)/fixes", string: DemoRecording.line(drives[d % 20][underWay + k])))
                 }
             }
             await client.drain(timeout: .seconds(600))

@@ -30,8 +30,7 @@ enum MemoryBench {
             // Round robin: every device speaks once per round, as a fleet does.
             let device = i % devices, round = i / devices
             let fix = #"{"t":\#(1_793_197_938 + round),"lat":\#(48.1 + Double(device % 1000) * 1e-3 + Double(round) * 1e-5),"lon":\#(11.5 + Double(device / 1000) * 1e-3),"acc":8,"speed":1.2,"course":90}"#
-            while publisher.inFlight > Self.window { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
+            try await publisher.publish(inFlightBelow: Self.window, MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
         }
         await publisher.drain(timeout: .seconds(600))
         try await services.waitJudged(Int64(count))

@@ -132,8 +132,7 @@ enum Relay {
         let publisher = try await TestClient.connect(port: broker.port)
         let start = ContinuousClock.now
         for i in 0..<count {
-            while publisher.inFlight > 2_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: "tracker/relay\(i % devices)/fixes",
+            try await publisher.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/relay\(i % devices)/fixes",
                                               string: String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i / devices), 48.1, 11.5)))
         }
         let ends = ["motion", "track", "uploader"].map(Stage.progressTopic)
@@ -143,8 +142,7 @@ enum Relay {
         let seconds = (ContinuousClock.now - start).seconds
         // The relays' retained frames go, so the product's run does not carry them.
         for device in 0..<min(count, devices) {
-            while publisher.inFlight > 2_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: "tracker/relay\(device)/live", payload: [], retain: true))
+            try await publisher.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/relay\(device)/live", payload: [], retain: true))
         }
         await publisher.drain(timeout: .seconds(60))
         await publisher.disconnect()

@@ -55,8 +55,7 @@ enum RepairBench {
         var sent = 0
         for round in 0..<1_600 where sent < count {
             for device in 0..<max(1, count / 1_600) where sent < count {
-                while client.inFlight > 2_000 { await Task.yield() }
-                try client.publish(MQTTMessage(topic: "tracker/steady\(device)/fixes", string: DemoRecording.line(drives[device % 5][round])))
+                try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/steady\(device)/fixes", string: DemoRecording.line(drives[device % 5][round])))
                 sent += 1
             }
         }
@@ -92,8 +91,7 @@ enum RepairBench {
         // The filter is away; its fixes queue at the broker, which then forgets them.
         _ = filter.stop()
         for i in 1...missing {
-            while client.inFlight > 1_000 { await Task.yield() }
-            try client.publish(fix(i))
+            try await client.publish(inFlightBelow: 1_000, fix(i))
         }
         await client.drain(timeout: .seconds(120))
         try await waitHealth(broker, "gateway") { $0.processed >= Int64(missing + 1) && $0.queueDepth == 0 }

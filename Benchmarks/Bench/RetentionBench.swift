@@ -55,8 +55,7 @@ enum RetentionBench {
             for device in 0..<devices {
                 let lat = 48.1 + away + Double(device % 100) * 1e-5, lon = 11.5 + Double(device / 100 % 100) * 1e-5
                 let fix = #"{"t":\#(t),"lat":\#(lat),"lon":\#(lon),"acc":8}"#
-                while client.inFlight > 2_000 { await Task.yield() }
-                try client.publish(MQTTMessage(topic: "tracker/r\(device)/fixes", string: fix))
+                try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/r\(device)/fixes", string: fix))
                 sent += 1
             }
             guard (round + 1) % max(1, rounds / 6) == 0 || round == rounds - 1 else { continue }

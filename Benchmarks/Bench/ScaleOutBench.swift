@@ -29,6 +29,16 @@ enum ScaleOutBench {
          Setup(name: "two instances each, \(partitions) partitions", partitions: partitions, instances: ["a", "b"])]
     }
 
+    /// `SCALE_SETUPS=2,3`: only those lines (1-based), e.g. to profile one.
+    static func chosen(_ setups: [Setup]) throws -> [Setup] {
+        guard let text = ProcessInfo.processInfo.environment["SCALE_SETUPS"] else { return setups }
+        let picked = text.split(separator: ",").map { Int($0.trimmingCharacters(in: .whitespaces)) }
+        guard !picked.isEmpty, picked.allSatisfy({ $0.map { 1...setups.count ~= $0 } ?? false }) else {
+            throw TestSupportError("SCALE_SETUPS: expected line numbers 1–\(setups.count) separated by commas, got '\(text)'")
+        }
+        return picked.map { setups[$0! - 1] }
+    }
+
     static func run(count: Int, rounds: Int) async throws {
         let partitions = try environmentNumber("SCALE_PARTITIONS", minimum: 2) ?? 16
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
@@ -37,7 +47,7 @@ enum ScaleOutBench {
         guard perDevice <= drives.map(\.count).min()! else { throw TestSupportError("scale-out: at most \(20 * drives.map(\.count).min()!) fixes") }
         for round in 1...rounds {
             var baseline: Double?
-            for setup in setups(partitions: partitions) {
+            for setup in try chosen(setups(partitions: partitions)) {
                 let (rate, cpu) = try await measure(setup, drives: drives, perDevice: perDevice)
                 baseline = baseline ?? rate
                 print(String(format: "round %d, %@: %.0f fixes/s (%.2f of one instance unpartitioned); CPU per fix %@",
@@ -54,8 +64,8 @@ enum ScaleOutBench {
         let health = try await MessageCollector(port: fleet.broker.port, filters: ["tracker/_health/#"])
         defer { Task { await health.close() } }
         // Every service online, and partitioned ones sharing every partition.
-        _ = try await health.wait(timeout: 60, description: "every instance online") { messages in
-            let online = fleet.newestHealth(messages).values.filter { $0.status == .online }
+        try await health.waitForNewestHealth(timeout: 60, description: "every instance online") { newest in
+            let online = newest.values.filter { $0.status == .online }
             return ScaledConstellation.services.allSatisfy { service in
                 let mine = online.filter { $0.service == service }
                 guard mine.count == setup.instances.count else { return false }
@@ -78,26 +88,25 @@ enum ScaleOutBench {
             }
             return spent
         }
+        // Made before the clock starts: the bench's own work shares the cores it measures.
+        let messages = (0..<perDevice).flatMap { i in
+            drives.enumerated().map { device, drive in MQTTMessage(topic: "tracker/scale\(device)/fixes", string: DemoRecording.line(drive[i])) }
+        }
         let before = cpu()
         let start = ContinuousClock.now
-        for i in 0..<perDevice {
-            for (device, drive) in drives.enumerated() {
-                while client.inFlight > 2_000 { await Task.yield() }
-                try client.publish(MQTTMessage(topic: "tracker/scale\(device)/fixes", string: DemoRecording.line(drive[i])))
-            }
-        }
+        for message in messages { try await client.publish(inFlightBelow: 2_000, message) }
         await client.drain(timeout: .seconds(3_600))
         let total = Int64(perDevice * drives.count)
-        @Sendable func sum(_ messages: [MQTTMessage], _ service: String, _ value: (Health) -> Int64) -> Int64 {
-            fleet.newestHealth(messages).values.filter { $0.service == service }.reduce(0) { $0 + value($1) }
+        @Sendable func sum(_ newest: [String: Health], _ service: String, _ value: (Health) -> Int64) -> Int64 {
+            newest.values.filter { $0.service == service }.reduce(0) { $0 + value($1) }
         }
         // The filters took every fix, then motion, the track and the uploader every point the filters accepted.
         let published = (ContinuousClock.now - start).seconds
-        let filtered = try await health.wait(timeout: 3_600, description: "the filters took every fix") { sum($0, "filter", \.processed) >= total }
+        let filtered = try await health.waitForNewestHealth(timeout: 3_600, description: "the filters took every fix") { sum($0, "filter", \.processed) >= total }
         let filteredAt = (ContinuousClock.now - start).seconds
         let accepted = sum(filtered, "filter") { $0.counters?["accepted"] ?? 0 }
-        _ = try await health.wait(timeout: 3_600, description: "the consumers took every accepted point") { messages in
-            ["motion", "track", "uploader"].allSatisfy { sum(messages, $0, \.processed) >= accepted }
+        try await health.waitForNewestHealth(timeout: 3_600, description: "the consumers took every accepted point") { newest in
+            ["motion", "track", "uploader"].allSatisfy { sum(newest, $0, \.processed) >= accepted }
         }
         let consumedAt = (ContinuousClock.now - start).seconds
         let deadline = ContinuousClock.now + .seconds(600)
@@ -112,8 +121,8 @@ enum ScaleOutBench {
         }
         let all = after.keys.reduce(0.0) { $0 + after[$1]! - (before[$1] ?? 0) } / Double(total) * 1e6
         await client.disconnect()
-        let times = String(format: "published in %.1f s, filtered by %.1f, consumed by %.1f, at the sink by %.1f; ",
-                           published, filteredAt, consumedAt, seconds)
+        let times = String(format: "published in %.1f s, filtered by %.1f, consumed by %.1f, at the sink by %.1f (%d requests); ",
+                           published, filteredAt, consumedAt, seconds, fleet.sink!.lines.count)
         return (Double(total) / seconds, times + perFix.joined(separator: ", ") + String(format: " (%.0f µs in all)", all))
     }
 }

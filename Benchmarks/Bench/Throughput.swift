@@ -18,8 +18,7 @@ enum Throughput {
         let publisher = try await TestClient.connect(port: broker.port)
         let start = ContinuousClock.now
         for p in payloads {
-            while publisher.inFlight > 1_000 { await Task.yield() }
-            try publisher.publish(MQTTMessage(topic: p.topic, payload: p.payload))
+            try await publisher.publish(inFlightBelow: 1_000, MQTTMessage(topic: p.topic, payload: p.payload))
         }
         if let marker {
             // Counted as messages arrive: a scan of everything per message would make the sink the bottleneck.

@@ -32,8 +32,7 @@ enum UploaderBench {
         let payloads = MotionThroughput.payloads(count)
         let start = ContinuousClock.now
         for p in payloads {
-            while client.inFlight > 1_000 { await Task.yield() }
-            try client.publish(MQTTMessage(topic: p.topic, payload: p.payload))
+            try await client.publish(inFlightBelow: 1_000, MQTTMessage(topic: p.topic, payload: p.payload))
         }
         let total = Int64(payloads.count)
         let tally = Mutex((scanned: 0, uploaded: Int64(0)))

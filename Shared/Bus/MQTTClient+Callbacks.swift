@@ -91,8 +91,8 @@ extension MQTTClient {
             let sent = s.acks.removeValue(forKey: mid)
             // Room again: hand the next waiting messages to the library, in order.
             releaseBacklog(in: &s)
-            var drained: [CheckedContinuation<Void, Never>] = []
-            if s.acks.isEmpty && s.backlog.isEmpty { drained = s.drainWaiters; s.drainWaiters = [] }
+            var drained = s.takeRoomWaiters()
+            if s.acks.isEmpty && s.backlog.isEmpty { drained += s.drainWaiters; s.drainWaiters = [] }
             return (sent, s.onRefused, drained)
         }
         if reasonCode >= 0x80 {
@@ -133,7 +133,7 @@ extension MQTTClient {
             if includingAcknowledgements {
                 acks = s.acks.values.map(\.ack) + s.backlog.drain()
                 s.acks = [:]
-                drains = s.drainWaiters
+                drains = s.drainWaiters + s.takeRoomWaiters(all: true)
                 s.drainWaiters = []
             }
             defer { s.subscribeWaiters = [:]; s.requests = [:] }

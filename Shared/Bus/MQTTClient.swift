@@ -54,10 +54,23 @@ public final class MQTTClient: @unchecked Sendable {
         var requests: [[UInt8]: CheckedContinuation<MQTTMessage, any Error>] = [:]
         var connectCount = 0
         var drainWaiters: [CheckedContinuation<Void, Never>] = []
+        /// Publishers waiting for the unacknowledged to fall to half their limit.
+        var roomWaiters: [(limit: Int, continuation: CheckedContinuation<Void, Never>)] = []
         /// Connected, and libmosquitto's resends of the messages the last
         /// connection left unacknowledged are queued: new QoS 1 messages may
         /// go to the library. Until then they wait in `backlog`, in order.
         var resendsQueued = false
+
+        var inFlight: Int { acks.count + backlog.count }
+
+        /// The publishers with room again (the unacknowledged at half their limit), taken out.
+        mutating func takeRoomWaiters(all: Bool = false) -> [CheckedContinuation<Void, Never>] {
+            guard !roomWaiters.isEmpty else { return [] }
+            let count = inFlight
+            let ready = roomWaiters.filter { all || count <= $0.limit / 2 }
+            roomWaiters.removeAll { all || count <= $0.limit / 2 }
+            return ready.map(\.continuation)
+        }
     }
 
     public init(_ options: MQTTOptions) throws {
@@ -269,7 +282,25 @@ public final class MQTTClient: @unchecked Sendable {
 
     /// Number of QoS 1 publishes not yet acknowledged (handed to the
     /// library or waiting for room).
-    public var inFlight: Int { state.withLock { $0.acks.count + $0.backlog.count } }
+    public var inFlight: Int { state.withLock { $0.inFlight } }
+
+    /// `publish`, once fewer than `limit` QoS 1 messages are unacknowledged.
+    /// When full it waits, without spinning, until half of them are: a
+    /// publisher that must not outrun the broker (a bench, a replay) wakes
+    /// once per half window, and leaves the cores to the system it feeds.
+    public func publish(inFlightBelow limit: Int, _ message: MQTTMessage) async throws {
+        if state.withLock({ $0.inFlight >= limit }) {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let full = state.withLock { s -> Bool in
+                    guard s.inFlight >= limit else { return false }
+                    s.roomWaiters.append((limit, continuation))
+                    return true
+                }
+                if !full { continuation.resume() }
+            }
+        }
+        try publish(message)
+    }
 
     /// At most this many QoS 1 messages are handed to libmosquitto at once,
     /// well below its 65,535 message ids.

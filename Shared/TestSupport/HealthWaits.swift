@@ -5,15 +5,6 @@ import Model
 extension MessageCollector {
     /// The health messages received so far, decoded (anything else skipped).
     public func healths() -> [Health] { messages.compactMap(Health.decode) }
-
-    /// Waits until a health message received on this collector satisfies
-    /// `condition` (within `timeout`); returns the first that does.
-    @discardableResult
-    public func waitForHealth(timeout: Double = 20, description: String,
-                              until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
-        let messages = try await wait(timeout: timeout, description: description) { $0.contains { Health.decode($0).map(condition) ?? false } }
-        return messages.lazy.compactMap(Health.decode).first(where: condition)!
-    }
 }
 
 extension TestBroker {

@@ -15,14 +15,51 @@ public final class MessageCollector: Sendable {
         var messages: [MQTTMessage] = []
         /// Messages per last topic level ("raw", "events" …), kept as they arrive.
         var countsByLeaf: [Substring: Int] = [:]
+        /// Health messages, each decoded once as it arrives: waits on health
+        /// look at the new one (or the newest per instance), not at every
+        /// message again, which made a long run's waits quadratic.
+        var healths: [Health] = []
+        var newestHealth: [String: Health] = [:]
         var waiters: [Int: Waiter] = [:]
         var nextID = 0
+
+        /// Whether `condition` holds now; `arrived`: the health that just
+        /// came, if the newest message was one (nil: look at every one so far).
+        func holds(_ condition: Condition, arrived: Health?, checkingAll: Bool) -> Health?? {
+            switch condition {
+            case .messages(let condition):
+                return condition(messages) ? .some(nil) : nil
+            case let .leafCount(leaf, count):
+                return countsByLeaf[leaf, default: 0] >= count ? .some(nil) : nil
+            case .health(let condition):
+                if checkingAll { return healths.first(where: condition).map { .some($0) } }
+                return arrived.flatMap { condition($0) ? .some($0) : nil }
+            case .newestHealth(let condition):
+                guard checkingAll || arrived != nil else { return nil }
+                return condition(newestHealth) ? .some(nil) : nil
+            }
+        }
+    }
+
+    private enum Condition {
+        case messages(@Sendable ([MQTTMessage]) -> Bool)
+        case leafCount(Substring, Int)
+        /// Any one health message received.
+        case health(@Sendable (Health) -> Bool)
+        /// The newest health of each instance (`Health.instance`).
+        case newestHealth(@Sendable ([String: Health]) -> Bool)
+    }
+
+    /// What a satisfied wait saw.
+    private struct Seen {
+        var messages: [MQTTMessage]
+        var newestHealth: [String: Health]
+        var health: Health?
     }
 
     private struct Waiter {
-        let leafCount: (leaf: Substring, count: Int)?
-        let condition: @Sendable ([MQTTMessage]) -> Bool
-        let continuation: CheckedContinuation<[MQTTMessage], any Error>
+        let condition: Condition
+        let continuation: CheckedContinuation<Seen, any Error>
     }
 
     public init(port: Int32, filters: [String], clientID: String = "collector-\(UUID().uuidString.prefix(8))",
@@ -31,19 +68,23 @@ public final class MessageCollector: Sendable {
                                             sessionExpirySec: persistentSession ? 600 : 0, username: username, password: password))
         client.setHandler { [weak self] message in
             guard let self else { return }
-            let ready = self.state.withLock { s -> [(Waiter, [MQTTMessage])] in
+            let health = message.topic.hasPrefix("tracker/_health/") ? Health.decode(message) : nil
+            let ready = self.state.withLock { s -> [(CheckedContinuation<Seen, any Error>, Seen)] in
                 s.messages.append(message)
                 if let leaf = message.topic.split(separator: "/").last { s.countsByLeaf[leaf, default: 0] += 1 }
-                let all = s.messages
-                let counts = s.countsByLeaf
-                let ready = s.waiters.filter { _, w in
-                    if let (leaf, count) = w.leafCount { return counts[leaf, default: 0] >= count }
-                    return w.condition(all)
+                if let health {
+                    s.healths.append(health)
+                    if let instance = health.instance { s.newestHealth[instance] = health }
                 }
-                for id in ready.keys { s.waiters[id] = nil }
-                return ready.values.map { ($0, all) }
+                var ready: [(CheckedContinuation<Seen, any Error>, Seen)] = []
+                for (id, waiter) in s.waiters {
+                    guard let matched = s.holds(waiter.condition, arrived: health, checkingAll: false) else { continue }
+                    s.waiters[id] = nil
+                    ready.append((waiter.continuation, Seen(messages: s.messages, newestHealth: s.newestHealth, health: matched)))
+                }
+                return ready
             }
-            ready.forEach { $0.0.continuation.resume(returning: $0.1) }
+            ready.forEach { $0.0.resume(returning: $0.1) }
         }
         try await client.connect()
         try await client.subscribe(filters)
@@ -62,11 +103,29 @@ public final class MessageCollector: Sendable {
     @discardableResult
     public func wait(timeout: Double = 20, description: String = "messages",
                      until condition: @escaping @Sendable ([MQTTMessage]) -> Bool) async throws -> [MQTTMessage] {
-        try await wait(timeout: timeout, description: description, leafCount: nil, until: condition)
+        try await wait(.messages(condition), timeout: timeout, description: description).messages
     }
 
-    private func wait(timeout: Double, description: String, leafCount: (leaf: Substring, count: Int)?,
-                      until condition: @escaping @Sendable ([MQTTMessage]) -> Bool) async throws -> [MQTTMessage] {
+    /// Waits until a health message received here satisfies `condition`;
+    /// returns the first that does. Each message is decoded once.
+    @discardableResult
+    public func waitForHealth(timeout: Double = 20, description: String,
+                              until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
+        try await wait(.health(condition), timeout: timeout, description: description).health!
+    }
+
+    /// Waits until the newest health of each instance (by `Health.instance`)
+    /// satisfies `condition`, looked at as each health message arrives; returns it.
+    @discardableResult
+    public func waitForNewestHealth(timeout: Double = 20, description: String,
+                                    until condition: @escaping @Sendable ([String: Health]) -> Bool) async throws -> [String: Health] {
+        try await wait(.newestHealth(condition), timeout: timeout, description: description).newestHealth
+    }
+
+    /// The newest health of each instance received so far.
+    public var newestHealth: [String: Health] { state.withLock { $0.newestHealth } }
+
+    private func wait(_ condition: Condition, timeout: Double, description: String) async throws -> Seen {
         let id = state.withLock { s in defer { s.nextID += 1 }; return s.nextID }
         let timer = DispatchWorkItem { [weak self] in
             guard let self else { return }
@@ -77,9 +136,11 @@ public final class MessageCollector: Sendable {
         DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: timer)
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { continuation in
-            let satisfied = state.withLock { s -> [MQTTMessage]? in
-                if condition(s.messages) { return s.messages }
-                s.waiters[id] = Waiter(leafCount: leafCount, condition: condition, continuation: continuation)
+            let satisfied = state.withLock { s -> Seen? in
+                if let matched = s.holds(condition, arrived: nil, checkingAll: true) {
+                    return Seen(messages: s.messages, newestHealth: s.newestHealth, health: matched)
+                }
+                s.waiters[id] = Waiter(condition: condition, continuation: continuation)
                 return nil
             }
             if let satisfied { continuation.resume(returning: satisfied) }
@@ -91,9 +152,8 @@ public final class MessageCollector: Sendable {
     @discardableResult
     public func wait(count: Int, topicSuffix suffix: String, timeout: Double = 20) async throws -> [MQTTMessage] {
         let leaf = Substring(suffix.split(separator: "/").last ?? Substring(suffix))
-        return try await wait(timeout: timeout, description: "\(count) on *\(suffix)", leafCount: (leaf, count)) { all in
-            all.lazy.filter { $0.topic.hasSuffix(suffix) }.count >= count
-        }.filter { $0.topic.hasSuffix(suffix) }
+        return try await wait(.leafCount(leaf, count), timeout: timeout, description: "\(count) on *\(suffix)")
+            .messages.filter { $0.topic.hasSuffix(suffix) }
     }
 
     public func close() async { await client.disconnect(timeout: .seconds(2)) }

@@ -141,8 +141,8 @@ public final class ScaledConstellation: @unchecked Sendable {
     public func waitProcessed(_ service: String, _ count: Int64, timeout: Double = 60) async throws {
         let collector = try await collector(["tracker/_health/\(service)/+"])
         defer { Task { await collector.close() } }
-        _ = try await collector.wait(timeout: timeout, description: "\(service) took \(count) messages") { [self] messages in
-            newestHealth(messages).values.reduce(0) { $0 + $1.processed } >= count
+        try await collector.waitForNewestHealth(timeout: timeout, description: "\(service) took \(count) messages") { newest in
+            newest.values.reduce(0) { $0 + $1.processed } >= count
         }
     }
 
@@ -150,21 +150,7 @@ public final class ScaledConstellation: @unchecked Sendable {
     public func health(_ service: String, instances: Int) async throws -> [String: Health] {
         let collector = try await collector(["tracker/_health/\(service)/+"])
         defer { Task { await collector.close() } }
-        let messages = try await collector.wait(timeout: 10, description: "\(service)'s health") { [self] in
-            newestHealth($0).count >= instances
-        }
-        return newestHealth(messages)
-    }
-
-    /// Every instance's last health, by instance id, in the order the broker
-    /// sent them (a will carries the time its connection was made).
-    public func newestHealth(_ messages: [MQTTMessage]) -> [String: Health] {
-        var newest: [String: Health] = [:]
-        for message in messages {
-            guard let health = Health.decode(message), let instance = health.instance else { continue }
-            newest[instance] = health
-        }
-        return newest
+        return try await collector.waitForNewestHealth(timeout: 10, description: "\(service)'s health") { $0.count >= instances }
     }
 
     /// `waitShared` for every service, in turn.
@@ -182,8 +168,8 @@ public final class ScaledConstellation: @unchecked Sendable {
         let collector = try await collector(["tracker/_health/\(service)/+"])
         defer { Task { await collector.close() } }
         let count = partitions
-        _ = try await collector.wait(timeout: timeout, description: "\(service)'s partitions shared by \(names.sorted())") { [self] messages in
-            let online = newestHealth(messages).filter { $0.value.status == .online }
+        try await collector.waitForNewestHealth(timeout: timeout, description: "\(service)'s partitions shared by \(names.sorted())") { newest in
+            let online = newest.filter { $0.value.status == .online }
             guard Set(online.keys) == ids else { return false }
             let owned = online.values.flatMap { $0.partitions ?? [] }
             // The ingress counts as a share of the work, like a partition.

@@ -54,6 +54,34 @@ import Testing
         await publisher.disconnect()
     }
 
+    /// A windowed publisher never has more than its limit unacknowledged:
+    /// with the broker away it stops at the limit, and goes on once the
+    /// acknowledgements come, losing nothing.
+    @Test func aWindowedPublisherWaitsForRoom() async throws {
+        let broker = try TestBroker()
+        let publisher = try await client(broker, id: "bus-room")
+        let tally = Tally()
+        let most = Mutex(0)
+        broker.stop()
+        let sending = Task {
+            for i in 0..<300 {
+                try await publisher.publish(inFlightBelow: 100, MQTTMessage(topic: "bench/room", string: "\(i)"))
+                let now = publisher.inFlight
+                most.withLock { $0 = max($0, now) }
+                tally.record(.success(()))
+            }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while tally.ok < 100, ContinuousClock.now < deadline { await Task.yield() }
+        #expect(tally.ok == 100 && publisher.inFlight == 100)
+        try broker.start()
+        try await sending.value
+        await publisher.drain(timeout: .seconds(30))
+        #expect(tally.ok == 300 && publisher.inFlight == 0)
+        #expect(most.withLock { $0 } <= 100)
+        await publisher.disconnect()
+    }
+
     /// The loop calls its hooks once per pass, for the life of the process.
     /// They were once kept as bare closures in a Mutex, and every read
     /// rewrapped the stored closure: the stack under the commit hook grew

@@ -111,8 +111,7 @@ enum Replay {
     /// The same for fixes of several devices, in the order given.
     static func publish(_ fixes: [(device: String, payload: String)], with client: MQTTClient) async throws {
         for fix in fixes {
-            while client.inFlight > 1_000 { await Task.yield() }
-            try client.publish(MQTTMessage(topic: "tracker/\(fix.device)/fixes", payload: Array(fix.payload.utf8)))
+            try await client.publish(inFlightBelow: 1_000, MQTTMessage(topic: "tracker/\(fix.device)/fixes", payload: Array(fix.payload.utf8)))
         }
         await client.drain(timeout: .seconds(60))
         #expect(client.inFlight == 0)

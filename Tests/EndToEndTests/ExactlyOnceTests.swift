@@ -37,8 +37,7 @@ extension HeavySuites {
             var skipThrough = -1
             for i in 0..<drives.map(\.count).max()! where i > skipThrough {
                 for (k, device) in devices.enumerated() where i < drives[k].count {
-                    while publisher.inFlight > 1_000 { await Task.yield() }
-                    try publisher.publish(MQTTMessage(topic: "tracker/\(device)/fixes", payload: Array(drives[k][i].utf8)))
+                    try await publisher.publish(inFlightBelow: 1_000, MQTTMessage(topic: "tracker/\(device)/fixes", payload: Array(drives[k][i].utf8)))
                     published += 1
                 }
                 // A third in, the consumers stall (SIGSTOP) while raw fixes keep coming, so they queue

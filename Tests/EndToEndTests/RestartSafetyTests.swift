@@ -14,21 +14,21 @@ extension HeavySuites {
             let health = try await MessageCollector(port: broker.port, filters: ["tracker/_health/+"])
             defer { Task { await health.close() } }
             do {
-                try await health.wait(timeout: timeout, description: "health of \(services.sorted())") { all in
-                    services.allSatisfy { Self.latest(all)[$0].map(done) ?? false }
+                try await health.waitForNewestHealth(timeout: timeout, description: "health of \(services.sorted())") { newest in
+                    services.allSatisfy { Self.byService(newest)[$0].map(done) ?? false }
                 }
             } catch {
                 // Say where each service stood.
-                let latest = Self.latest(health.messages)
+                let latest = Self.byService(health.newestHealth)
                 throw TestSupportError("\(error); last health: " + services.sorted().map { s in
                     latest[s].map { "\(s) processed \($0.processed) queueDepth \($0.queueDepth) counters \($0.counters ?? [:])" } ?? "\(s) none"
                 }.joined(separator: "; "))
             }
         }
 
-        static func latest(_ messages: [MQTTMessage]) -> [String: Health] {
-            Dictionary(messages.compactMap(Health.decode)
-                .map { ($0.service, $0) }, uniquingKeysWith: { _, newer in newer })
+        /// One instance each: the newest health by service.
+        static func byService(_ newest: [String: Health]) -> [String: Health] {
+            Dictionary(newest.values.map { ($0.service, $0) }, uniquingKeysWith: { one, _ in one })
         }
 
         /// The ring keeps its capacity once the broker has acknowledged everything

@@ -219,8 +219,7 @@ extension HeavySuites {
             let owner = try await Self.login("owner", constellation, v311: true)
             let t = Int(Date().timeIntervalSince1970)
             for i in 0..<2_000 {
-                while owner.inFlight > 500 { await Task.yield() }
-                try owner.publish(MQTTMessage(topic: "owntracks/owner/phone\(i)",
+                try await owner.publish(inFlightBelow: 500, MQTTMessage(topic: "owntracks/owner/phone\(i)",
                                               string: #"{"_type":"location","lat":48.1,"lon":11.5,"acc":10,"tst":\#(t)}"#))
             }
             await owner.drain(timeout: .seconds(60))
