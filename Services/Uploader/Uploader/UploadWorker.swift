@@ -52,6 +52,8 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     // @unchecked: `store`, `attempt` and `nextAttemptMs` are touched by `run` only; the rest is immutable or in `state`.
     private let path: String
     private let transport: any HTTPTransport
+    /// Shared with the other partitions' workers of this instance.
+    private let turns: UploadTurns
     private let clock: any WallClock
     private let random: @Sendable () -> Double
     private let logger: Logger
@@ -81,9 +83,9 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     private var attempt = 0
     private var nextAttemptMs: Int64 = 0
 
-    init(path: String, topics: Topics, transport: any HTTPTransport, clock: any WallClock, logger: Logger,
+    init(path: String, topics: Topics, transport: any HTTPTransport, turns: UploadTurns = UploadTurns(), clock: any WallClock, logger: Logger,
          bus: any MessageBus, counters: HealthCounters, random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
-        self.path = path; self.topics = topics; self.transport = transport; self.clock = clock; self.logger = logger; self.random = random
+        self.path = path; self.topics = topics; self.transport = transport; self.turns = turns; self.clock = clock; self.logger = logger; self.random = random
         self.bus = bus; self.counters = counters
         // One wake-up pending is as good as many.
         (wakeups, wakeUp) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -220,6 +222,9 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             guard config.autoSync, waiting >= config.autoSyncThreshold else { return (1_000, nil) }
             guard nowMs >= nextAttemptMs else { return (nextAttemptMs - nowMs, nil) }
         }
+        // The batch is formed in this worker's turn: it takes what came while the others sent.
+        await turns.begin()
+        defer { turns.end() }
         // Fixed once formed: a retry sends these same points under this same key.
         let (key, batch) = try store.batch(limit: config.batchSize)
         guard !batch.isEmpty else { return (1_000, .empty) }

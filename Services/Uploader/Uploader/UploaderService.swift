@@ -34,7 +34,8 @@ enum UploaderService {
 
     static func definition(_ settings: UploaderSettings, topics: Topics, clock: any WallClock, logger: Logger,
                            transport: any HTTPTransport = URLSessionTransport()) -> ServiceDefinition<Row> {
-        ServiceDefinition(name: "uploader", migrations: UploaderStore.migrations, rows: .json(fresh: { Row() })) { db in
+        let turns = UploadTurns()  // one for every partition this instance runs
+        return ServiceDefinition(name: "uploader", migrations: UploaderStore.migrations, rows: .json(fresh: { Row() })) { db in
             let store = UploaderStore(db: db)
             if let sync = settings.sync, try store.config() != sync { try store.save(sync) }
             // Made with the bus and counters by the host, before any message can reach the routes below.
@@ -63,7 +64,7 @@ enum UploaderService {
                     }.mergingFleetReplies(SyncOutcome.acrossPartitions, withinMs: Int64(settings.syncNowTimeoutMs) + 60_000),
                 ],
                 worker: ServiceWorker { bus, counters in
-                    let worker = UploadWorker(path: db.path, topics: topics, transport: transport, clock: clock, logger: logger,
+                    let worker = UploadWorker(path: db.path, topics: topics, transport: transport, turns: turns, clock: clock, logger: logger,
                                               bus: bus, counters: counters)
                     made.worker = worker
                     return worker
