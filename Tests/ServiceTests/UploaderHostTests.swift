@@ -327,3 +327,40 @@ extension UploaderHostTests {
         #expect(try merged([.retry("HTTP 503"), .authExpired]) == .object(["outcome": .string("authExpired")]))
     }
 }
+
+/// The partitions of one instance send one request at a time, in the order they asked.
+@Suite struct UploadTurnsTests {
+    @Test func aTurnWaitsUntilTheOneBeforeEndsAndThenPassesInOrder() async throws {
+        let turns = UploadTurns()
+        await turns.begin()
+        let order = Order()
+        let first = Task { await turns.begin(); order.note("first"); turns.end() }
+        try await waitUntil { turns.waitingCount == 1 }
+        let second = Task { await turns.begin(); order.note("second"); turns.end() }
+        try await waitUntil { turns.waitingCount == 2 }
+        #expect(order.names.isEmpty)  // both wait while the turn is taken
+        turns.end()
+        await first.value
+        await second.value
+        #expect(order.names == ["first", "second"])
+        // Free again: the next caller goes at once.
+        await turns.begin()
+        turns.end()
+        #expect(turns.waitingCount == 0)
+    }
+
+    final class Order: Sendable {
+        private let state = Mutex<[String]>([])
+        func note(_ name: String) { state.withLock { $0.append(name) } }
+        var names: [String] { state.withLock { $0 } }
+    }
+
+    /// Polls `condition` until it holds, within a bounded deadline.
+    func waitUntil(_ condition: @Sendable () -> Bool) async throws {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !condition() {
+            guard ContinuousClock.now < deadline else { throw TestSupportError("condition not met within 10 s") }
+            await Task.yield()
+        }
+    }
+}

@@ -27,6 +27,9 @@ final class UploadTurns: Sendable {
         }
     }
 
+    /// Callers waiting for their turn (tests watch it).
+    var waitingCount: Int { state.withLock { $0.waiting.count } }
+
     func end() {
         let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
             guard !s.waiting.isEmpty else { s.taken = false; return nil }
