@@ -236,11 +236,7 @@ extension PointMessage {
         guard JSONCoding.fastPaths, let o = FlatJSONObject(bytes, objects: true),
               let deviceText = o.string("device").required, let device = DeviceID(deviceText),
               let epoch = o.string("epoch").optional, let p = o.object("point").required,
-              let seq = p.int64("seq").required, let sessionID = p.string("sessionID").optional,
-              let timeMs = p.int64("timeMs").required, let latitude = p.double("latitude").required,
-              let longitude = p.double("longitude").required, let accuracyM = p.double("accuracyM").required,
-              let speedMps = p.double("speedMps").optional, let courseDeg = p.double("courseDeg").optional,
-              let odometerM = p.double("odometerM").required, let m = o.object("measured").optional,
+              let point = TrackPoint(flat: p), let m = o.object("measured").optional,
               let prev = o.int64("prev").optional, let receivedMs = o.int64("receivedMs").optional else { return nil }
         var measured: MeasuredFix?
         if let m {
@@ -251,9 +247,25 @@ extension PointMessage {
             measured = MeasuredFix(latitude: lat, longitude: lon, accuracyM: acc, speedMps: speed, courseDeg: course,
                                    altitudeM: altitude, batteryPct: battery)
         }
-        self.init(device: device, point: TrackPoint(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude,
-                                                    longitude: longitude, accuracyM: accuracyM, speedMps: speedMps,
-                                                    courseDeg: courseDeg, odometerM: odometerM), epoch: epoch, measured: measured,
-                  prev: prev, receivedMs: receivedMs)
+        self.init(device: device, point: point, epoch: epoch, measured: measured, prev: prev, receivedMs: receivedMs)
+    }
+}
+
+extension TrackPoint {
+    /// The fast path for a stored point; nil means "ask JSONDecoder".
+    public init?(flat bytes: [UInt8]) {
+        guard JSONCoding.fastPaths, let o = FlatJSONObject(bytes) else { return nil }
+        self.init(flat: o)
+    }
+
+    /// A point's fields in a parsed object (a point message's `point`).
+    init?(flat p: FlatJSONObject) {
+        guard let seq = p.int64("seq").required, let sessionID = p.string("sessionID").optional,
+              let timeMs = p.int64("timeMs").required, let latitude = p.double("latitude").required,
+              let longitude = p.double("longitude").required, let accuracyM = p.double("accuracyM").required,
+              let speedMps = p.double("speedMps").optional, let courseDeg = p.double("courseDeg").optional,
+              let odometerM = p.double("odometerM").required else { return nil }
+        self.init(seq: seq, sessionID: sessionID, timeMs: timeMs, latitude: latitude, longitude: longitude,
+                  accuracyM: accuracyM, speedMps: speedMps, courseDeg: courseDeg, odometerM: odometerM)
     }
 }

@@ -346,6 +346,12 @@ public struct Row {
         guard count > 0, let bytes = sqlite3_column_blob(statement.pointer, i) else { return Data() }
         return Data(bytes: bytes, count: count)
     }
+    /// The column's bytes (text or blob), for a parser that reads bytes.
+    public func bytes(_ i: Int32) -> [UInt8] {
+        let count = Int(sqlite3_column_bytes(statement.pointer, i))
+        guard count > 0, let bytes = sqlite3_column_blob(statement.pointer, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: bytes, count: count))
+    }
     /// The column as stored, whatever its type (a copy of rows between stores).
     public func value(_ i: Int32) -> SQLValue {
         switch sqlite3_column_type(statement.pointer, i) {

@@ -46,6 +46,10 @@ import Testing
                 #expect(PointMessage(flat: bytes) == message)
                 #expect(PointMessage(flat: bytes) == (try JSONCoding.decoder.decode(PointMessage.self, from: Data(bytes))))
             }
+            // A point alone, as the uploader's queue stores it.
+            let bytes = Array(JSONCoding.encode(point))
+            #expect(TrackPoint(flat: bytes) == point)
+            #expect(TrackPoint(flat: bytes) == (try JSONCoding.decoder.decode(TrackPoint.self, from: Data(bytes))))
         }
         // Deeper nesting, arrays and escapes are JSONDecoder's.
         for odd in [#"{"device":"p","point":{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0,"x":{"y":1}}}"#,
@@ -53,6 +57,11 @@ import Testing
                     #"{"device":"p","point":{"seq":1,"sessionID":"a\"b","timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0}}"#,
                     #"{"device":"p","point":{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5}}"#] {
             #expect(PointMessage(flat: Array(odd.utf8)) == nil, "\(odd)")
+        }
+        for odd in [#"{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0,"x":{"y":1}}"#,
+                    #"{"seq":1,"sessionID":"a\"b","timeMs":1,"latitude":1,"longitude":2,"accuracyM":5,"odometerM":0}"#,
+                    #"{"seq":1,"timeMs":1,"latitude":1,"longitude":2,"accuracyM":5}"#] {
+            #expect(TrackPoint(flat: Array(odd.utf8)) == nil, "\(odd)")
         }
     }
 

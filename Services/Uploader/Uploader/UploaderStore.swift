@@ -80,7 +80,9 @@ final class UploaderStore {
             SELECT id, device, body, epoch, altitudeM, batteryPct FROM queue WHERE parked = 0 AND batch = ? ORDER BY id
             """, [.text(key)]) { row -> (id: Int64, point: QueuedPoint) in
             guard let device = DeviceID(row.string(1)) else { throw StoreError(code: 0, message: "bad device in queue", sql: nil) }
-            return (row.int64(0), QueuedPoint(device: device, point: try JSONCoding.decoder.decode(TrackPoint.self, from: row.data(2)),
+            let body = row.bytes(2)
+            let point = try TrackPoint(flat: body) ?? JSONCoding.decoder.decode(TrackPoint.self, from: Data(body))
+            return (row.int64(0), QueuedPoint(device: device, point: point,
                                               epoch: row.string(3), altitudeM: row.optionalDouble(4), batteryPct: row.optionalDouble(5)))
         }
         return (key, points)
