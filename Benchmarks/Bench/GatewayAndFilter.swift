@@ -28,14 +28,11 @@ struct GatewayAndFilter {
 
     /// Until the filter's health says it judged `count` fixes.
     func waitJudged(_ count: Int64) async throws {
-        try await health.wait(timeout: 900, description: "the filter judged every fix") { all in
-            all.contains { ((try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload))).map { $0.service == "filter" && $0.processed >= count }) ?? false }
-        }
+        try await health.waitForHealth(timeout: 900, description: "the filter judged every fix") { $0.service == "filter" && $0.processed >= count }
     }
 
     /// Each service's newest health.
     var newestHealth: [String: Health] {
-        Dictionary(health.messages.compactMap { try? JSONCoding.decoder.decode(Health.self, from: Data($0.payload)) }.map { ($0.service, $0) },
-                   uniquingKeysWith: { $0.timeMs >= $1.timeMs ? $0 : $1 })
+        Health.newestByService(health.newestHealth)
     }
 }

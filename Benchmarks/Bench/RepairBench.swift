@@ -125,8 +125,6 @@ enum RepairBench {
     static func waitHealth(_ broker: TestBroker, _ service: String, until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
         let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)"])
         defer { Task { await collector.close() } }
-        let decode = { @Sendable (m: MQTTMessage) in try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)) }
-        let messages = try await collector.wait(timeout: 120, description: "\(service) health") { $0.contains { decode($0).map(condition) ?? false } }
-        return messages.lazy.compactMap(decode).last(where: condition)!
+        return try await collector.waitForHealth(timeout: 120, description: "\(service) health", until: condition)
     }
 }

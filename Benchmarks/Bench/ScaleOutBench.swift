@@ -10,8 +10,9 @@ import TestSupport
 /// ROUNDS rounds (2). Each run sends N fixes (20,000) of twenty noisy
 /// drives as fast as the broker acknowledges, and is timed until every
 /// service has taken what reached it and the sink holds every accepted
-/// point; it prints fixes per second, each run's ratio to the one-instance
-/// line of its round, and the CPU time per fix of every process (the
+/// point; it prints fixes per second, each run's ratio to the first line
+/// of its round (`SCALE_SETUPS` picks the lines), how many requests reached
+/// the sink, and the CPU time per fix of every process (the
 /// broker's included), which says what a fix costs wherever it runs: on a
 /// machine with more cores, instances add capacity as long as that cost per
 /// fix stays flat.
@@ -46,12 +47,12 @@ enum ScaleOutBench {
         let perDevice = (count + 19) / 20
         guard perDevice <= drives.map(\.count).min()! else { throw TestSupportError("scale-out: at most \(20 * drives.map(\.count).min()!) fixes") }
         for round in 1...rounds {
-            var baseline: Double?
+            var baseline: (name: String, rate: Double)?
             for setup in try chosen(setups(partitions: partitions)) {
                 let (rate, cpu) = try await measure(setup, drives: drives, perDevice: perDevice)
-                baseline = baseline ?? rate
-                print(String(format: "round %d, %@: %.0f fixes/s (%.2f of one instance unpartitioned); CPU per fix %@",
-                             round, setup.name as NSString, rate, rate / baseline!, cpu as NSString))
+                baseline = baseline ?? (setup.name, rate)
+                print(String(format: "round %d, %@: %.0f fixes/s (%.2f of %@); CPU per fix %@",
+                             round, setup.name as NSString, rate, rate / baseline!.rate, baseline!.name as NSString, cpu as NSString))
             }
         }
     }

@@ -100,8 +100,7 @@ struct Ctl {
                 if due > clock.now { try await clock.sleep(until: due) }
             }
             // Keep the in-flight window bounded so a fast replay does not balloon memory.
-            while client.inFlight > 2_000 { await Task.yield() }
-            try client.publish(MQTTMessage(topic: topic, payload: Array(line.payload.utf8))) { result in
+            try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: topic, payload: Array(line.payload.utf8))) { result in
                 if case .failure = result { failures.add() }
             }
         }

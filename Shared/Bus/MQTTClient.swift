@@ -288,7 +288,8 @@ public final class MQTTClient: @unchecked Sendable {
     /// When full it waits, without spinning, until half of them are: a
     /// publisher that must not outrun the broker (a bench, a replay) wakes
     /// once per half window, and leaves the cores to the system it feeds.
-    public func publish(inFlightBelow limit: Int, _ message: MQTTMessage) async throws {
+    public func publish(inFlightBelow limit: Int, _ message: MQTTMessage, acknowledged: Acknowledgement? = nil) async throws {
+        precondition(limit > 0, "a window of at least one message")
         if state.withLock({ $0.inFlight >= limit }) {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let full = state.withLock { s -> Bool in
@@ -299,7 +300,7 @@ public final class MQTTClient: @unchecked Sendable {
                 if !full { continuation.resume() }
             }
         }
-        try publish(message)
+        try publish(message, acknowledged: acknowledged)
     }
 
     /// At most this many QoS 1 messages are handed to libmosquitto at once,

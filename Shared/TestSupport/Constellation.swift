@@ -99,13 +99,9 @@ public final class Constellation: @unchecked Sendable {
     public func waitOnline(_ names: [String], since: Int64 = 0, timeout: Double = 60) async throws {
         let health = try await collector(["tracker/_health/+"])
         defer { Task { await health.close() } }
-        try await health.wait(timeout: timeout, description: "\(names) online") { messages in
-            var newest: [String: Health] = [:]
-            for m in messages {
-                guard let h = Health.decode(m) else { continue }
-                newest[h.service] = h
-            }
-            return names.allSatisfy { name in newest[name].map { $0.status == .online && $0.startedMs >= since } ?? false }
+        try await health.waitForNewestHealth(timeout: timeout, description: "\(names) online") { newest in
+            let byService = Health.newestByService(newest)
+            return names.allSatisfy { name in byService[name].map { $0.status == .online && $0.startedMs >= since } ?? false }
         }
     }
 

@@ -4,7 +4,15 @@ import Model
 
 extension MessageCollector {
     /// The health messages received so far, decoded (anything else skipped).
-    public func healths() -> [Health] { messages.compactMap(Health.decode) }
+    public func healths() -> [Health] { receivedHealths }
+}
+
+extension Health {
+    /// One instance a service (unpartitioned): the newest health of each
+    /// service among the newest of each instance.
+    public static func newestByService(_ newest: [String: Health]) -> [String: Health] {
+        Dictionary(newest.values.map { ($0.service, $0) }, uniquingKeysWith: { $0.timeMs >= $1.timeMs ? $0 : $1 })
+    }
 }
 
 extension TestBroker {
@@ -13,8 +21,8 @@ extension TestBroker {
     public func waitUntilOnline(_ services: String..., timeout: Double = 20) async throws {
         let names = Set(services)
         let health = try await MessageCollector(port: port, filters: ["tracker/_health/+"])
-        try await health.wait(timeout: timeout, description: "\(names.sorted().joined(separator: ", ")) online") { all in
-            names.isSubset(of: all.compactMap(Health.decode).filter { $0.status == .online }.map(\.service))
+        try await health.waitForNewestHealth(timeout: timeout, description: "\(names.sorted().joined(separator: ", ")) online") { newest in
+            names.isSubset(of: newest.values.filter { $0.status == .online }.map(\.service))
         }
         await health.close()
     }

@@ -23,27 +23,44 @@ public final class MessageCollector: Sendable {
         var waiters: [Int: Waiter] = [:]
         var nextID = 0
 
-        /// Whether `condition` holds now; `arrived`: the health that just
-        /// came, if the newest message was one (nil: look at every one so far).
-        func holds(_ condition: Condition, arrived: Health?, checkingAll: Bool) -> Health?? {
-            switch condition {
-            case .messages(let condition):
-                return condition(messages) ? .some(nil) : nil
-            case let .leafCount(leaf, count):
-                return countsByLeaf[leaf, default: 0] >= count ? .some(nil) : nil
-            case .health(let condition):
-                if checkingAll { return healths.first(where: condition).map { .some($0) } }
-                return arrived.flatMap { condition($0) ? .some($0) : nil }
-            case .newestHealth(let condition):
-                guard checkingAll || arrived != nil else { return nil }
-                return condition(newestHealth) ? .some(nil) : nil
+        /// What a wait looks at: everything so far (when it starts), or the
+        /// message that just came, with its health if it was one.
+        enum Moment { case registering, arrived(Health?) }
+
+        /// Whether `condition` holds at `moment`: nil if not, else the health
+        /// that satisfied a `.health` condition (nil for the others).
+        func holds(_ condition: Condition, at moment: Moment) -> Match? {
+            switch (condition, moment) {
+            case (.messages(let condition), _):
+                return condition(messages) ? Match(health: nil) : nil
+            case let (.suffixCount(suffix, count), .registering):
+                // Counted exactly once; then by leaf as messages arrive.
+                return messages.lazy.filter { $0.topic.hasSuffix(suffix) }.count >= count ? Match(health: nil) : nil
+            case let (.suffixCount(suffix, count), .arrived):
+                return countsByLeaf[Self.leaf(suffix), default: 0] >= count ? Match(health: nil) : nil
+            case (.health(let condition), .registering):
+                return healths.first(where: condition).map { Match(health: $0) }
+            case let (.health(condition), .arrived(health)):
+                return health.flatMap { condition($0) ? Match(health: $0) : nil }
+            case (.newestHealth(let condition), .registering), (.newestHealth(let condition), .arrived(.some)):
+                return condition(newestHealth) ? Match(health: nil) : nil
+            case (.newestHealth, .arrived(.none)):
+                return nil
             }
         }
+
+        static func leaf(_ suffix: String) -> Substring { suffix.split(separator: "/").last ?? Substring(suffix) }
+    }
+
+    /// A condition met; for `.health`, the message that met it.
+    private struct Match {
+        var health: Health?
     }
 
     private enum Condition {
         case messages(@Sendable ([MQTTMessage]) -> Bool)
-        case leafCount(Substring, Int)
+        /// At least this many on topics ending with the suffix.
+        case suffixCount(String, Int)
         /// Any one health message received.
         case health(@Sendable (Health) -> Bool)
         /// The newest health of each instance (`Health.instance`).
@@ -68,7 +85,8 @@ public final class MessageCollector: Sendable {
                                             sessionExpirySec: persistentSession ? 600 : 0, username: username, password: password))
         client.setHandler { [weak self] message in
             guard let self else { return }
-            let health = message.topic.hasPrefix("tracker/_health/") ? Health.decode(message) : nil
+            // Health is published under `{root}/_health/…`, whatever the root.
+            let health = message.topic.contains("/_health/") ? Health.decode(message) : nil
             let ready = self.state.withLock { s -> [(CheckedContinuation<Seen, any Error>, Seen)] in
                 s.messages.append(message)
                 if let leaf = message.topic.split(separator: "/").last { s.countsByLeaf[leaf, default: 0] += 1 }
@@ -78,9 +96,9 @@ public final class MessageCollector: Sendable {
                 }
                 var ready: [(CheckedContinuation<Seen, any Error>, Seen)] = []
                 for (id, waiter) in s.waiters {
-                    guard let matched = s.holds(waiter.condition, arrived: health, checkingAll: false) else { continue }
+                    guard let matched = s.holds(waiter.condition, at: .arrived(health)) else { continue }
                     s.waiters[id] = nil
-                    ready.append((waiter.continuation, Seen(messages: s.messages, newestHealth: s.newestHealth, health: matched)))
+                    ready.append((waiter.continuation, Seen(messages: s.messages, newestHealth: s.newestHealth, health: matched.health)))
                 }
                 return ready
             }
@@ -125,6 +143,9 @@ public final class MessageCollector: Sendable {
     /// The newest health of each instance received so far.
     public var newestHealth: [String: Health] { state.withLock { $0.newestHealth } }
 
+    /// Every health message received so far, decoded once as it came.
+    public var receivedHealths: [Health] { state.withLock { $0.healths } }
+
     private func wait(_ condition: Condition, timeout: Double, description: String) async throws -> Seen {
         let id = state.withLock { s in defer { s.nextID += 1 }; return s.nextID }
         let timer = DispatchWorkItem { [weak self] in
@@ -137,8 +158,8 @@ public final class MessageCollector: Sendable {
         defer { timer.cancel() }
         return try await withCheckedThrowingContinuation { continuation in
             let satisfied = state.withLock { s -> Seen? in
-                if let matched = s.holds(condition, arrived: nil, checkingAll: true) {
-                    return Seen(messages: s.messages, newestHealth: s.newestHealth, health: matched)
+                if let matched = s.holds(condition, at: .registering) {
+                    return Seen(messages: s.messages, newestHealth: s.newestHealth, health: matched.health)
                 }
                 s.waiters[id] = Waiter(condition: condition, continuation: continuation)
                 return nil
@@ -151,8 +172,7 @@ public final class MessageCollector: Sendable {
     /// `suffix` (one topic level, such as "/raw"), counted as they arrive.
     @discardableResult
     public func wait(count: Int, topicSuffix suffix: String, timeout: Double = 20) async throws -> [MQTTMessage] {
-        let leaf = Substring(suffix.split(separator: "/").last ?? Substring(suffix))
-        return try await wait(.leafCount(leaf, count), timeout: timeout, description: "\(count) on *\(suffix)")
+        try await wait(.suffixCount(suffix, count), timeout: timeout, description: "\(count) on *\(suffix)")
             .messages.filter { $0.topic.hasSuffix(suffix) }
     }
 

@@ -15,20 +15,15 @@ extension HeavySuites {
             defer { Task { await health.close() } }
             do {
                 try await health.waitForNewestHealth(timeout: timeout, description: "health of \(services.sorted())") { newest in
-                    services.allSatisfy { Self.byService(newest)[$0].map(done) ?? false }
+                    services.allSatisfy { Health.newestByService(newest)[$0].map(done) ?? false }
                 }
             } catch {
                 // Say where each service stood.
-                let latest = Self.byService(health.newestHealth)
+                let latest = Health.newestByService(health.newestHealth)
                 throw TestSupportError("\(error); last health: " + services.sorted().map { s in
                     latest[s].map { "\(s) processed \($0.processed) queueDepth \($0.queueDepth) counters \($0.counters ?? [:])" } ?? "\(s) none"
                 }.joined(separator: "; "))
             }
-        }
-
-        /// One instance each: the newest health by service.
-        static func byService(_ newest: [String: Health]) -> [String: Health] {
-            Dictionary(newest.values.map { ($0.service, $0) }, uniquingKeysWith: { one, _ in one })
         }
 
         /// The ring keeps its capacity once the broker has acknowledged everything

@@ -330,21 +330,47 @@ extension UploaderHostTests {
 
 /// The partitions of one instance send one request at a time, in the order they asked.
 @Suite struct UploadTurnsTests {
+    final class Worker: Sendable {}
+    let a = Worker(), b = Worker(), c = Worker()
+
+    func take(_ turns: UploadTurns, _ worker: Worker, noting name: String, in order: Order) async -> Bool {
+        guard await turns.begin(ObjectIdentifier(worker), unless: { false }) else { order.note("\(name) withdrawn"); return false }
+        order.note(name)
+        turns.end()
+        return true
+    }
+
     @Test func aTurnWaitsUntilTheOneBeforeEndsAndThenPassesInOrder() async throws {
         let turns = UploadTurns()
-        await turns.begin()
+        #expect(await turns.begin(ObjectIdentifier(a), unless: { false }))
         let order = Order()
-        let first = Task { await turns.begin(); order.note("first"); turns.end() }
+        let first = Task { [b] in await take(turns, b, noting: "first", in: order) }
         try await waitUntil { turns.waitingCount == 1 }
-        let second = Task { await turns.begin(); order.note("second"); turns.end() }
+        let second = Task { [c] in await take(turns, c, noting: "second", in: order) }
         try await waitUntil { turns.waitingCount == 2 }
         #expect(order.names.isEmpty)  // both wait while the turn is taken
         turns.end()
-        await first.value
-        await second.value
+        let (firstWent, secondWent) = (await first.value, await second.value)
+        #expect(firstWent && secondWent)
         #expect(order.names == ["first", "second"])
         // Free again: the next caller goes at once.
-        await turns.begin()
+        #expect(await turns.begin(ObjectIdentifier(a), unless: { false }))
+        turns.end()
+        #expect(turns.waitingCount == 0)
+    }
+
+    /// A stopping worker does not wait for the others' requests: taken out
+    /// of the line, or refused a turn once it is stopping, it sends nothing.
+    @Test func aStoppingWorkerLeavesTheLineAtOnce() async throws {
+        let turns = UploadTurns()
+        #expect(await turns.begin(ObjectIdentifier(a), unless: { false }))
+        let order = Order()
+        let waiting = Task { [b] in await take(turns, b, noting: "b", in: order) }
+        try await waitUntil { turns.waitingCount == 1 }
+        turns.withdraw(ObjectIdentifier(b))
+        #expect(await waiting.value == false)
+        #expect(order.names == ["b withdrawn"])
+        #expect(await turns.begin(ObjectIdentifier(c), unless: { true }) == false)  // stopping: no turn, no wait
         turns.end()
         #expect(turns.waitingCount == 0)
     }

@@ -122,9 +122,11 @@ extension FilterCore {
                           predictedEast: prediction.east, predictedNorth: prediction.north, east: east, north: north)
     }
 
-    /// Per axis (m²/s²): the speed's own error (~0.5 m/s), and the course's
-    /// (~3°), which moves the velocity across the way by speed × error.
-    /// Fast, the course error dominates: at 30 m/s 3° is 1.6 m/s.
+    /// Per axis (m²/s²): the speed's own error (~0.5 m/s), and the course's,
+    /// which moves the velocity across the way by speed × error (the per-axis
+    /// filter puts it on both axes). Fast, it dominates: at 30 m/s 3° is
+    /// 1.6 m/s. 3° is a choice between what phones report at speed and the
+    /// sweep's seeded 5° (docs/filter-design.md has the figures).
     static func dopplerVelocityVariance(speed: Double) -> Double {
         let across = speed * Self.dopplerCourseSigmaRad
         return 0.25 + across * across

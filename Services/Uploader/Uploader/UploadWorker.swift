@@ -94,6 +94,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
 
     func stop() {
         state.withLock { $0.stopping = true }
+        turns.withdraw(ObjectIdentifier(self))
         wakeUp.finish()
     }
 
@@ -223,7 +224,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             guard nowMs >= nextAttemptMs else { return (nextAttemptMs - nowMs, nil) }
         }
         // The batch is formed in this worker's turn: it takes what came while the others sent.
-        await turns.begin()
+        guard await turns.begin(ObjectIdentifier(self), unless: { state.withLock { $0.stopping } }) else { return (1_000, nil) }
         defer { turns.end() }
         // Fixed once formed: a retry sends these same points under this same key.
         let (key, batch) = try store.batch(limit: config.batchSize)
