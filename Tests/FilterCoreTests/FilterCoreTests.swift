@@ -233,27 +233,24 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     /// twenty seeds the RMSE was 0.37 of the clean noise (white noise:
     /// 0.35); with the course's error weighed, 0.34 (0.32).
     @Test func aDopplerCourseIsWeighedWithItsError() throws {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
         for (variant, bound) in [(NoiseVariant("default"), 0.355), (NoiseVariant("white", correlation: 0), 0.335)] {
-            let ratios = (1...20 as ClosedRange<UInt64>).map { seed in
-                let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
-                return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                         truthPath: truthPath, drivenLengthM: driven).rmseRatio
-            }
+            let ratios = try scores(variant).map(\.rmseRatio)
             let mean = ratios.reduce(0, +) / 20
             #expect(mean <= bound, "\(variant.name): mean RMSE ratio \(mean), seeds \(ratios)")
         }
     }
 
     /// The odometer's error against the way driven, over the sweep's first twenty seeds.
-    func odometerErrors(_ variant: NoiseVariant) throws -> [Double] {
+    func odometerErrors(_ variant: NoiseVariant) throws -> [Double] { try scores(variant).map(\.odometerError) }
+
+    /// The filter's scores over the sweep's first twenty seeds.
+    func scores(_ variant: NoiseVariant) throws -> [FilterScore] {
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
         return (1...20 as ClosedRange<UInt64>).map { seed in
             let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
             return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                     truthPath: truthPath, drivenLengthM: driven).odometerError
+                                     truthPath: truthPath, drivenLengthM: driven)
         }
     }
 
