@@ -290,10 +290,11 @@ public final class MQTTClient: @unchecked Sendable {
     /// once per half window, and leaves the cores to the system it feeds.
     public func publish(inFlightBelow limit: Int, _ message: MQTTMessage, acknowledged: Acknowledgement? = nil) async throws {
         precondition(limit > 0, "a window of at least one message")
-        if state.withLock({ $0.inFlight >= limit }) {
+        // A closed client acknowledges nothing more: no waiting on it (`publish` says why).
+        if state.withLock({ !$0.closing && $0.inFlight >= limit }) {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let full = state.withLock { s -> Bool in
-                    guard s.inFlight >= limit else { return false }
+                    guard !s.closing, s.inFlight >= limit else { return false }
                     s.roomWaiters.append((limit, continuation))
                     return true
                 }
