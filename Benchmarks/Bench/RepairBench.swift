@@ -84,8 +84,8 @@ enum RepairBench {
             MQTTMessage(topic: "tracker/\(device)/fixes", string: String(format: Throughput.fixTemplate, 1_700_000_000.0 + Double(i), 48.1 + Double(i) * 1e-5, 11.5))
         }
         var client = try await TestClient.connect(port: broker.port)
-        try await waitHealth(broker, "gateway") { $0.status == .online }
-        try await waitHealth(broker, "filter") { $0.status == .online }
+        try await broker.waitForHealth("gateway", timeout: 120, description: "gateway health") { $0.status == .online }
+        try await broker.waitForHealth("filter", timeout: 120, description: "filter health") { $0.status == .online }
         try await client.publishAndWait(fix(0))
         try await waitVerdicts(client, device, 1)
         // The filter is away; its fixes queue at the broker, which then forgets them.
@@ -94,19 +94,19 @@ enum RepairBench {
             try await client.publish(inFlightBelow: 1_000, fix(i))
         }
         await client.drain(timeout: .seconds(120))
-        try await waitHealth(broker, "gateway") { $0.processed >= Int64(missing + 1) && $0.queueDepth == 0 }
+        try await broker.waitForHealth("gateway", timeout: 120, description: "gateway health") { $0.processed >= Int64(missing + 1) && $0.queueDepth == 0 }
         await client.disconnect()
         try broker.restart(graceful: true)
         try filter.start()
-        try await waitHealth(broker, "filter") { $0.status == .online }
-        try await waitHealth(broker, "gateway") { $0.status == .online }
+        try await broker.waitForHealth("filter", timeout: 120, description: "filter health") { $0.status == .online }
+        try await broker.waitForHealth("gateway", timeout: 120, description: "gateway health") { $0.status == .online }
         client = try await TestClient.connect(port: broker.port)
         let start = ContinuousClock.now
         try await client.publishAndWait(fix(missing + 1))
         try await waitVerdicts(client, device, missing + 2)
         let seconds = (ContinuousClock.now - start).seconds
         // The verdicts came through the repair, not by another way.
-        let health = try await waitHealth(broker, "filter") { ($0.counters?["repaired"] ?? 0) >= Int64(missing) }
+        let health = try await broker.waitForHealth("filter", timeout: 120, description: "filter health") { ($0.counters?["repaired"] ?? 0) >= Int64(missing) }
         await client.disconnect()
         return (seconds, health.counters?["repaired"] ?? 0)
     }
@@ -119,12 +119,5 @@ enum RepairBench {
             if case .array(let rows)? = reply.result, !rows.isEmpty { return }
         }
         throw TestSupportError("\(device): fewer than \(count) verdicts within 120 s")
-    }
-
-    @discardableResult
-    static func waitHealth(_ broker: TestBroker, _ service: String, until condition: @escaping @Sendable (Health) -> Bool) async throws -> Health {
-        let collector = try await MessageCollector(port: broker.port, filters: ["tracker/_health/\(service)"])
-        defer { Task { await collector.close() } }
-        return try await collector.waitForHealth(timeout: 120, description: "\(service) health", until: condition)
     }
 }

@@ -68,7 +68,7 @@ extension MQTTClient {
     func handleDisconnect(rc: Int32) {
         let (wasConnected, closing, pending, onTakenOver) = state.withLock { s in
             defer { s.connected = false; s.resendsQueued = false }
-            return (s.connected, s.closing, s.acks.count + s.backlog.count, s.onTakenOver)
+            return (s.connected, s.closing, s.inFlight, s.onTakenOver)
         }
         // Another connection took the session (MQTT 5 reason 0x8E): it is
         // the owner now. Reconnecting would take it back, so the loop ends.

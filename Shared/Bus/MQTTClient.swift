@@ -67,9 +67,13 @@ public final class MQTTClient: @unchecked Sendable {
         mutating func takeRoomWaiters(all: Bool = false) -> [CheckedContinuation<Void, Never>] {
             guard !roomWaiters.isEmpty else { return [] }
             let count = inFlight
-            let ready = roomWaiters.filter { all || count <= $0.limit / 2 }
-            roomWaiters.removeAll { all || count <= $0.limit / 2 }
-            return ready.map(\.continuation)
+            var ready: [CheckedContinuation<Void, Never>] = []
+            roomWaiters.removeAll { waiter in
+                guard all || count <= waiter.limit / 2 else { return false }
+                ready.append(waiter.continuation)
+                return true
+            }
+            return ready
         }
     }
 

@@ -358,8 +358,8 @@ public struct Row {
         case SQLITE_NULL: .null
         case SQLITE_INTEGER: .integer(int64(i))
         case SQLITE_FLOAT: .real(double(i))
-        case SQLITE_BLOB: .blob(Array(data(i)))
-        default: .utf8(Array(data(i)))
+        case SQLITE_BLOB: .blob(bytes(i))
+        default: .utf8(bytes(i))
         }
     }
 }

@@ -2,11 +2,6 @@ import Bus
 import Foundation
 import Model
 
-extension MessageCollector {
-    /// The health messages received so far, decoded (anything else skipped).
-    public func healths() -> [Health] { receivedHealths }
-}
-
 extension Health {
     /// One instance a service (unpartitioned): the newest health of each
     /// service among the newest of each instance.

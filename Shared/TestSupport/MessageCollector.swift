@@ -143,8 +143,6 @@ public final class MessageCollector: Sendable {
     /// The newest health of each instance received so far.
     public var newestHealth: [String: Health] { state.withLock { $0.newestHealth } }
 
-    /// Every health message received so far, decoded once as it came.
-    public var receivedHealths: [Health] { state.withLock { $0.healths } }
 
     private func wait(_ condition: Condition, timeout: Double, description: String) async throws -> Seen {
         let id = state.withLock { s in defer { s.nextID += 1 }; return s.nextID }

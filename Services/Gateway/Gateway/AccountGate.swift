@@ -61,9 +61,9 @@ final class AccountGate: IngressGate {
         case .ownTracksSubtopic(let id, let sub) where sub != "cmd": device = id
         default: return nil
         }
+        if known.contains(device) { return nil }
         guard let (user, name) = topics.ownTracksNames(message.topic), !user.isEmpty, !name.isEmpty,
               !message.payload.allSatisfy(FixParser.isWhitespace) else { return nil }
-        if known.contains(device) { return nil }
         do {
             if try find.exists(.text(device.rawValue)) { return remember(device) }
             let devices = try count.first(.text(user)) { $0.int(0) } ?? 0

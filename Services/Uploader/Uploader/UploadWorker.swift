@@ -83,7 +83,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     private var attempt = 0
     private var nextAttemptMs: Int64 = 0
 
-    init(path: String, topics: Topics, transport: any HTTPTransport, turns: UploadTurns = UploadTurns(), clock: any WallClock, logger: Logger,
+    init(path: String, topics: Topics, transport: any HTTPTransport, turns: UploadTurns, clock: any WallClock, logger: Logger,
          bus: any MessageBus, counters: HealthCounters, random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
         self.path = path; self.topics = topics; self.transport = transport; self.turns = turns; self.clock = clock; self.logger = logger; self.random = random
         self.bus = bus; self.counters = counters

@@ -160,14 +160,15 @@ final class PartitionedService<Row>: @unchecked Sendable {
     // MARK: Control messages (control's network thread)
 
     func take(_ message: MQTTMessage) {
-        if let slot = topics.leaseSlot(message.topic, service: service), let n = Int(slot), n >= partitioning.count {
-            // A partition of a larger count (before a repartition): no slot of this one; its session is drained.
-            if !message.payload.isEmpty { removed.withLock { _ = $0.insert(n) } }
-        } else if let slot = topics.leaseSlot(message.topic, service: service),
-                  let k = slot == "ingress" ? partitioning.count : Int(slot) {
-            // One it cannot read counts as none: at worst a claim, which the fences stop.
-            let lease = message.payload.isEmpty ? nil : try? JSONCoding.decoder.decode(Lease.self, from: Data(message.payload))
-            board.withLock { $0.lease(k, lease) }
+        if let slot = topics.leaseSlot(message.topic, service: service) {
+            if let n = Int(slot), n >= partitioning.count {
+                // A partition of a larger count (before a repartition): no slot of this one; its session is drained.
+                if !message.payload.isEmpty { removed.withLock { _ = $0.insert(n) } }
+            } else if let k = slot == "ingress" ? partitioning.count : Int(slot) {
+                // One it cannot read counts as none: at worst a claim, which the fences stop.
+                let lease = message.payload.isEmpty ? nil : try? JSONCoding.decoder.decode(Lease.self, from: Data(message.payload))
+                board.withLock { $0.lease(k, lease) }
+            }
         } else if let instance = topics.healthInstance(message.topic, service: service) {
             let health = try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload))
             // Its own topic, from a process started later: a twin. mosquitto shows a client whose id another
@@ -220,22 +221,22 @@ final class PartitionedService<Row>: @unchecked Sendable {
             let client = try MQTTClient(MQTTOptions(
                 host: settings.mqttHost, port: Int32(settings.mqttPort), clientID: name, cleanStart: false,
                 username: settings.mqttUsername, password: settings.mqttPassword, logger: logger))
-            let lastMs = Locked(context.clock.nowMs()), count = Locked(0)
+            // When the last message came, and how many did.
+            let drained = Locked((lastMs: context.clock.nowMs(), count: 0))
             client.setHandler { [self] message in
                 forwarder.forwardToOwner(message)
-                lastMs.withLock { $0 = context.clock.nowMs() }
-                count.withLock { $0 += 1 }
+                drained.withLock { $0 = (context.clock.nowMs(), $0.count + 1) }
             }
             client.setBeforeAcknowledging { [forwarder] in forwarder.waitForwarded() }
             try await client.connect(timeout: .seconds(10))
             // Its queue comes at once: done when nothing came for two seconds.
-            while context.clock.nowMs() - lastMs.withLock({ $0 }) < 2_000 { try await Task.sleep(for: .milliseconds(250)) }
+            while context.clock.nowMs() - drained.withLock({ $0.lastMs }) < 2_000 { try await Task.sleep(for: .milliseconds(250)) }
             await client.disconnect(timeout: .seconds(5))
             // Its own number, not `leaseTopic`: with one partition fewer, its number is the ingress's slot.
             try output.publish(MQTTMessage(topic: topics.lease(service, "\(k)"), payload: [], retain: true))
             removed.withLock { _ = $0.remove(k) }
             logger.info("drained the session of a partition removed by a repartition",
-                        ["partition": "\(k)", "messages": "\(count.withLock { $0 })"])
+                        ["partition": "\(k)", "messages": "\(drained.withLock { $0.count })"])
         } catch {
             logger.warning("cannot drain a removed partition's session yet; trying again", ["partition": "\(k)", "error": "\(error)"])
         }
