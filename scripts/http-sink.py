@@ -7,7 +7,8 @@ every body it accepted, one JSON line each.
 It listens on 127.0.0.1 unless --bind says otherwise (compose's `sink`
 binds 0.0.0.0, to be reached from the uploader's container). A GET answers
 200 and is not kept (a health check). SIGTERM ends it at once, as PID 1 of
-a container too.
+a container too. It speaks HTTP/1.1 and keeps connections open, as a
+customer's server would (every answer says its Content-Length).
 
 Each request takes the next STATUS from the list (`200`, `500`, `401`,
 `429:30` for a Retry-After of 30 s, `slow:5` to stall 5 s then answer 200);
@@ -24,6 +25,8 @@ lock = threading.Lock()
 
 
 class Sink(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive; http.server's default, 1.0, closes after each answer
+
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         with lock:
