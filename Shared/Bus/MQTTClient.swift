@@ -124,6 +124,15 @@ public final class MQTTClient: @unchecked Sendable {
         loop.logger = options.logger
     }
 
+    /// The network thread's name (Linux keeps 15 bytes): the client id's
+    /// tail without the "tracker-" every service's shares, so `top -H` and
+    /// a profile tell a partition's session (`filter-p3`) from the instance's
+    /// output (`filter-a-out`).
+    static func threadName(_ clientID: String) -> String {
+        let id = clientID.hasPrefix("tracker-") ? clientID.dropFirst("tracker-".count) : Substring(clientID)
+        return String(id.utf8.count <= 15 ? id : Substring(decoding: id.utf8.suffix(15), as: UTF8.self))
+    }
+
     deinit {
         // No callback may reach this object from here on; then the thread must end
         // before the handle it uses is destroyed.
@@ -229,7 +238,7 @@ public final class MQTTClient: @unchecked Sendable {
                     return (false, !s.loopStarted)
                 }
                 if alreadyConnected { continuation.resume(); return }
-                if start { loop.start(name: "mqtt-\(options.clientID)") }
+                if start { loop.start(name: Self.threadName(options.clientID)) }
             }
         }
     }
