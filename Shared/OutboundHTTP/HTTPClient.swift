@@ -33,6 +33,22 @@ public enum HTTPClient {
         }
     }
 
+    /// A session of our own rather than `URLSession.shared`: no response
+    /// cache and no cookies. An upload or a road query is never answered
+    /// from a cache, and an endpoint's cookies must not ride along with the
+    /// next request; the shared session still looked both up for every
+    /// request (a fifth of URLSession's time in the uploader).
+    private static let session: URLSession = {
+        let configuration = URLSessionConfiguration.default
+        configuration.urlCache = nil
+        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
+        configuration.httpCookieStorage = nil
+        configuration.httpShouldSetCookies = false
+        configuration.httpCookieAcceptPolicy = .never
+        configuration.urlCredentialStorage = nil
+        return URLSession(configuration: configuration)
+    }()
+
     /// The exchange, awaited: the uploader's worker.
     public static func exchange(method: String, url: String, headers: [String: String] = [:], body: [UInt8]? = nil,
                                 timeoutMs: Int) async -> Response {
@@ -42,7 +58,7 @@ public enum HTTPClient {
             group.addTask {
                 await withTaskCancellationHandler {
                     await withCheckedContinuation { (continuation: CheckedContinuation<Response, Never>) in
-                        let task = URLSession.shared.dataTask(with: request) { data, response, error in
+                        let task = session.dataTask(with: request) { data, response, error in
                             continuation.resume(returning: Response(data, response, error))
                         }
                         call.start(task)
@@ -69,7 +85,7 @@ public enum HTTPClient {
         guard let request = request(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs) else { return .badURL }
         let done = DispatchSemaphore(value: 0)
         let result = Mutex<Response?>(nil)
-        let task = URLSession.shared.dataTask(with: request) { data, response, error in
+        let task = session.dataTask(with: request) { data, response, error in
             result.withLock { $0 = Response(data, response, error) }
             done.signal()
         }
