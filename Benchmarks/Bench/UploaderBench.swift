@@ -13,28 +13,43 @@ enum UploaderBench {
         let filterRate = try await Throughput.filter(broker, count: count)
         let queued = try await measure(broker, count: count, upload: false)
         let delivered = try await measure(broker, count: count, upload: true)
+        let caughtUp = try await measure(broker, count: count, upload: true, backlog: true)
         print(String(format: "filter output (verdicts):              %8.0f points/s", filterRate))
         print(String(format: "uploader queueing only (autoSync off): %8.0f points/s", queued))
         print(String(format: "uploader queueing and delivering:      %8.0f points/s  (%.2f of the filter's output; %.2f of queueing only)",
                      delivered, delivered / filterRate, delivered / queued))
+        print(String(format: "uploader catching up a backlog of %d:  %8.0f points/s  (%.2f of delivering as they come)",
+                     count, caughtUp, caughtUp / delivered))
     }
 
     /// Points published until the uploader has them all: queued (health's
-    /// processed) or delivered (the sum of `uploaded` events).
-    static func measure(_ broker: TestBroker, count: Int, upload: Bool) async throws -> Double {
+    /// processed) or delivered (the sum of `uploaded` events). A `backlog`
+    /// is queued first with autoSync off (an endpoint that was away) and
+    /// timed from when autoSync comes on until the sink has every point.
+    static func measure(_ broker: TestBroker, count: Int, upload: Bool, backlog: Bool = false) async throws -> Double {
         let sink = try HTTPSink(in: broker.directory)
         let uploader = try await Throughput.launch("uploader", broker, listening: ["tracker/_fleet/events"], config: ["healthIntervalSec": 0.1])
         let collector = uploader.sink
         let client = try await TestClient.connect(port: broker.port)
         let reply = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object([
-            "url": .string("\(sink.url)/points"), "batchSize": .number(500), "autoSync": .bool(upload)]))
+            "url": .string("\(sink.url)/points"), "batchSize": .number(500), "autoSync": .bool(upload && !backlog)]))
         guard reply.ok else { throw TestSupportError("configureSync refused: \(reply)") }
         let payloads = MotionThroughput.payloads(count)
-        let start = ContinuousClock.now
+        var start = ContinuousClock.now
         for p in payloads {
             try await client.publish(inFlightBelow: 1_000, MQTTMessage(topic: p.topic, payload: p.payload))
         }
         let total = Int64(payloads.count)
+        if backlog {
+            try await collector.wait(timeout: 300, description: "every point queued") { all in
+                all.contains { m in
+                    m.topic.contains("_health") && (try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)))?.processed ?? 0 >= total
+                }
+            }
+            start = ContinuousClock.now
+            let on = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object(["autoSync": .bool(true)]))
+            guard on.ok else { throw TestSupportError("configureSync refused: \(on)") }
+        }
         let tally = Mutex((scanned: 0, uploaded: Int64(0)))
         try await collector.wait(timeout: 300, description: upload ? "every point uploaded" : "every point queued") { all in
             tally.withLock { t in

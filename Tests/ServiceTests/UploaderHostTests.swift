@@ -390,3 +390,32 @@ extension UploaderHostTests {
         }
     }
 }
+
+extension UploaderHostTests {
+    /// The count of points waiting is kept as they are queued, delivered and
+    /// set aside (counting is a scan of the queue, which a pass must not
+    /// make), and counted again within a minute, so nothing drifts for long.
+    @Test func theWaitingCountFollowsThePointsAndIsRecountedEveryMinute() throws {
+        let counters = HealthCounters()
+        let uploader = try host([:], transport: transport, counters: counters)
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"batchSize":3}"#)
+        for seq in Int64(1)...7 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        transport.script(Exchange(statusCode: 200))
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(3))
+        #expect(counters.snapshot().queueDepth == 4)
+        transport.script(Exchange(statusCode: 400), Exchange(statusCode: 200))  // the next 3 set aside, then the last delivered
+        #expect(try command(uploader, "syncNow").result?["count"] == .number(1))
+        #expect(counters.snapshot().queueDepth == 0)
+
+        // Points that reach the queue some other way (a restored backup, say) are found at the next count.
+        let other = try Database(path: database.path)
+        try other.run("UPDATE queue SET parked = 0")
+        _ = try command(uploader, "syncNow")
+        clock.advance(by: .seconds(61))
+        transport.script(Exchange(statusCode: 500))
+        _ = try command(uploader, "syncNow")
+        #expect(counters.snapshot().queueDepth == 3)
+    }
+}

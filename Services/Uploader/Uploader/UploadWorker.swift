@@ -82,6 +82,12 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     /// Retry bookkeeping (`run` only).
     private var attempt = 0
     private var nextAttemptMs: Int64 = 0
+    /// When the points waiting are next counted in the store (`run` only).
+    private var nextCountMs: Int64 = 0
+    /// `waiting` is kept as points come and go: counting is a scan of the
+    /// queue, which every pass made, so a backlog drained ever slower. It is
+    /// counted again this often, so nothing could drift from it for long.
+    static let countIntervalMs: Int64 = 60_000
 
     init(path: String, topics: Topics, transport: any HTTPTransport, turns: UploadTurns, clock: any WallClock, logger: Logger,
          bus: any MessageBus, counters: HealthCounters, random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) }) {
@@ -150,8 +156,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             let store = UploaderStore(db: try Database(path: path))
             self.store = store
             // Health's queueDepth is true from the start, not 0 until the first pass.
-            let waiting = try store.waiting()
-            state.withLock { $0.waiting = waiting }
+            try count(store)
         } catch {
             logger.error("the upload queue cannot be opened", ["error": "\(error)"])
             answerWaiters(with: nil)
@@ -191,6 +196,16 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         answerWaiters(with: nil)
     }
 
+    /// Counts the points waiting in the store. Points committed after the
+    /// mark may be missing from the count: added on top (one counted twice
+    /// now and then is harmless; health never says empty while a point waits).
+    private func count(_ store: UploaderStore) throws {
+        let mark = state.withLock { $0.noted }
+        let counted = try store.waiting()
+        state.withLock { $0.waiting = counted + ($0.noted - mark) }
+        nextCountMs = clock.nowMs() + Self.countIntervalMs
+    }
+
     /// Stopping: a `syncNow` still waiting is told there is no outcome.
     private func answerWaiters(with outcome: SyncOutcome?) {
         let waiters = state.withLock { s in defer { s.waiters = [:] }; return s.waiters }
@@ -204,11 +219,11 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         let (config, authExpired) = try store.sync()
         // The caps hold with or without a config (its defaults until one comes).
         let caps = config ?? SyncConfig(url: "http://unset")
-        // Points committed after this mark may be missing from the count below: added on top (one counted
-        // twice now and then is harmless, health never says empty while a point waits).
-        let mark = state.withLock { $0.noted }
+        if clock.nowMs() >= nextCountMs { try count(store) }
+        // Points committed after this mark are not in what the caps start from: added on top.
+        let (mark, known) = state.withLock { ($0.noted, $0.waiting) }
         let (dropped, waiting) = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000),
-                                               nowMs: clock.nowMs())
+                                               nowMs: clock.nowMs(), known: known)
         if dropped > 0 {
             publish(.diagnostic(code: "queueCapped", message: "\(dropped) queued point(s) dropped: the queue holds at most "
                                 + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
@@ -244,6 +259,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         }
         if !delivered.isEmpty {
             try store.delete(delivered)
+            state.withLock { $0.waiting = max(0, $0.waiting - delivered.count) }
             publish(.uploaded(count: delivered.count))
         }
         switch verdict {
@@ -267,7 +283,9 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             return (1_000, .authExpired)
         case .parked(let reason):
             let undelivered = batch.map(\.id).filter { !delivered.contains($0) }
-            try store.park(config.format == .osmand ? Array(undelivered.prefix(1)) : undelivered)
+            let parked = config.format == .osmand ? Array(undelivered.prefix(1)) : undelivered
+            try store.park(parked)
+            state.withLock { $0.waiting = max(0, $0.waiting - parked.count) }
             publish(.diagnostic(code: "batchParked", message: "\(reason); \(config.format == .osmand ? 1 : undelivered.count) point(s) set aside, the rest goes on"))
             attempt = 0
             // A `syncNow` waiting for this attempt gets the next batch's outcome instead.

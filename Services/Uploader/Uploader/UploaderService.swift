@@ -44,10 +44,10 @@ enum UploaderService {
                 inputs: [
                     .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
                         // In the batch that records the point's seq: queued exactly once.
-                        try store.enqueue(message, nowMs: work.nowMs)
+                        let queued = try store.enqueue(message, nowMs: work.nowMs)
                         work.processed()
                         // Once committed the worker can see it: health counts it, a pass sends it.
-                        work.afterCommit { made.worker?.noteQueued() }
+                        if queued { work.afterCommit { made.worker?.noteQueued() } }
                     },
                 ],
                 commands: [

@@ -32,12 +32,19 @@ final class UploaderStore {
             ALTER TABLE queue ADD COLUMN batch TEXT;
             CREATE INDEX queue_by_queued ON queue(parked, queuedMs);
             """),
+        // The batch under way, found by index: every pass looks for it, and
+        // without one it scanned every waiting point (a pass took longer the
+        // longer the queue, so a backlog drained ever slower).
+        ("3-uploader-open-batch", """
+            CREATE INDEX queue_open_batch ON queue(batch, id) WHERE batch IS NOT NULL AND parked = 0;
+            """),
     ]
 
     init(db: Database) { self.db = db }
 
-    /// Once per `(device, epoch, seq)`: a redelivered point is not queued twice.
-    func enqueue(_ message: PointMessage, nowMs: Int64) throws {
+    /// Once per `(device, epoch, seq)`: a redelivered point is not queued
+    /// twice. Whether it was queued now.
+    func enqueue(_ message: PointMessage, nowMs: Int64) throws -> Bool {
         try db.run("""
             INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body, altitudeM, batteryPct, queuedMs)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -45,6 +52,7 @@ final class UploaderStore {
             .text(message.device.rawValue), .text(message.epoch ?? ""), .integer(message.point.seq), .integer(message.point.timeMs),
             .utf8(Array(JSONCoding.encode(message.point))), Self.real(message.measured?.altitudeM), Self.real(message.measured?.batteryPct),
             .integer(nowMs)])
+        return db.changes > 0
     }
 
     private static func real(_ value: Double?) -> SQLValue { value.map { .real($0) } ?? .null }
@@ -79,7 +87,9 @@ final class UploaderStore {
     /// was (a retry), or else a new one of the oldest waiting points, at most
     /// `limit`, under a new key.
     func batch(limit: Int) throws -> (key: String, points: [(id: Int64, point: QueuedPoint)]) {
-        let open = try db.first("SELECT batch FROM queue WHERE parked = 0 AND batch IS NOT NULL ORDER BY id LIMIT 1") { $0.string(0) }
+        let open = try db.first("SELECT batch FROM queue INDEXED BY queue_open_batch WHERE parked = 0 AND batch IS NOT NULL ORDER BY id LIMIT 1") {
+            $0.string(0)
+        }
         let key: String
         if let open { key = open } else {
             key = "batch-\(UUID().uuidString.lowercased())"
@@ -87,7 +97,8 @@ final class UploaderStore {
                        .text(key), .integer(Int64(limit)))
         }
         let points = try db.query("""
-            SELECT id, device, body, epoch, altitudeM, batteryPct FROM queue WHERE parked = 0 AND batch = ? ORDER BY id
+            SELECT id, device, body, epoch, altitudeM, batteryPct FROM queue INDEXED BY queue_open_batch
+            WHERE parked = 0 AND batch = ? ORDER BY id
             """, [.text(key)]) { row -> (id: Int64, point: QueuedPoint) in
             guard let device = DeviceID(row.string(1)) else { throw StoreError(code: 0, message: "bad device in queue", sql: nil) }
             let body = row.bytes(2)
@@ -108,17 +119,21 @@ final class UploaderStore {
 
     /// Holds the queue to its caps: at most `maxRecords` waiting, none queued
     /// more than `maxAgeMs` before `nowMs`. Returns how many were dropped, and
-    /// how many points wait afterwards (counted once).
-    func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64) throws -> (dropped: Int, waiting: Int) {
+    /// how many points wait afterwards: from `known`, the count the caller
+    /// keeps, or counted (a scan of the queue) when it has none, and always
+    /// before dropping for `maxRecords`, which must not drop on a guess.
+    func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64, known: Int? = nil) throws -> (dropped: Int, waiting: Int) {
         var dropped = 0
+        var waiting = try known ?? self.waiting()
         // Points queued by the release before carry no time: they count as queued now, by this clock
         // (the migration cannot know the injected one). `parked IN (0, 1)` lets it go by index.
         try db.run("UPDATE queue SET queuedMs = ? WHERE parked IN (0, 1) AND queuedMs IS NULL", .integer(nowMs))
         for parked in [0, 1] {
             try db.run("DELETE FROM queue WHERE parked = ? AND queuedMs < ?", .integer(Int64(parked)), .integer(nowMs - maxAgeMs))
             dropped += db.changes
+            if parked == 0 { waiting = max(0, waiting - db.changes) }
         }
-        var waiting = try self.waiting()
+        if waiting > maxRecords, known != nil { waiting = try self.waiting() }
         if waiting > maxRecords {
             try db.run("DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)", .integer(Int64(waiting - maxRecords)))
             dropped += db.changes
