@@ -419,3 +419,47 @@ extension UploaderHostTests {
         #expect(counters.snapshot().queueDepth == 3)
     }
 }
+
+extension UploaderHostTests {
+    /// Points that come soon after a request wait `coalesceMs` for the next
+    /// one, together; a full batch goes at once.
+    @Test func pointsThatComeCloseTogetherShareARequest() async throws {
+        let counters = HealthCounters()
+        let uploader = try host(["syncNowTimeoutSec": .number(10)], transport: transport, counters: counters)
+        defer { uploader.close() }
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","coalesceMs":200,"batchSize":4}"#)
+        func sentSeqs() -> [[Int]] {
+            transport.sent.map { request in
+                let body = try? JSONSerialization.jsonObject(with: Data(request.body ?? [])) as? [String: Any]
+                return ((body?["points"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int }
+            }
+        }
+        func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
+            let deadline = ContinuousClock.now + .seconds(15)
+            while !condition() {
+                guard ContinuousClock.now < deadline else { throw TestSupportError("no \(what) within 15 s: sent \(sentSeqs())") }
+                await Task.yield()
+            }
+        }
+        // Each pass says how old the oldest waiting point is (nothing when none waits): that tells a pass ran.
+        func passSawPointsWaiting() -> Bool { counters.snapshot().extra["oldestQueuedAgeMs"] != nil }
+        func held() -> Int64 { counters.snapshot().extra["coalesced"] ?? 0 }
+        transport.script(Exchange(statusCode: 200), Exchange(statusCode: 200), Exchange(statusCode: 200))
+        uploader.receive(point(1))
+        #expect(uploader.commit())
+        // Delivered (the event comes after the request ended), and the pass after it found nothing waiting.
+        try await waitUntil("first request and a pass after it") { events().contains("uploaded") && !passSawPointsWaiting() }
+        uploader.receive(point(2))
+        #expect(uploader.commit())
+        // Point 2's pass either sends it (a second request) or holds it back for more.
+        try await waitUntil("pass for point 2") { transport.sent.count == 2 || held() == 1 }
+        uploader.receive(point(3))
+        #expect(uploader.commit())
+        clock.advance(by: .milliseconds(200))
+        try await waitUntil("second request") { transport.sent.count == 2 }
+        for seq in Int64(4)...7 { uploader.receive(point(seq)) }
+        #expect(uploader.commit())
+        try await waitUntil("third request") { transport.sent.count == 3 }  // a whole batch: no wait, though the clock stands
+        #expect(sentSeqs() == [[1], [2, 3], [4, 5, 6, 7]])
+    }
+}

@@ -82,6 +82,10 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     /// Retry bookkeeping (`run` only).
     private var attempt = 0
     private var nextAttemptMs: Int64 = 0
+    /// When this worker's last request ended, and whether the last pass
+    /// waits for more points to share the next one (`run` only).
+    private var lastRequestMs = Int64.min
+    private var coalescing = false
     /// When the points waiting are next counted in the store (`run` only).
     private var nextCountMs: Int64 = 0
     /// `waiting` is kept as points come and go: counting is a scan of the
@@ -182,6 +186,8 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
                 state.withLock { s in s.waiters.merge(waiters) { old, _ in old }; s.forced = true }
             }
             guard pause > 0 else { continue }
+            // Points queued meanwhile need no pass of their own: they go in the request after the wait.
+            if coalescing { state.withLock { $0.woken = true } }
             // Until woken, or the pause is over (then the timer wakes it).
             let wait = Duration.milliseconds(min(pause, 1_000))
             await withTaskGroup(of: Void.self) { timer in
@@ -216,6 +222,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     /// what a `syncNow` would be told (nil: nothing to tell yet).
     private func pass(forced: Bool) async throws -> (Int64, SyncOutcome?) {
         guard let store else { return (1_000, nil) }
+        coalescing = false
         let (config, authExpired) = try store.sync()
         // The caps hold with or without a config (its defaults until one comes).
         let caps = config ?? SyncConfig(url: "http://unset")
@@ -237,6 +244,13 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         if !forced {
             guard config.autoSync, waiting >= config.autoSyncThreshold else { return (1_000, nil) }
             guard nowMs >= nextAttemptMs else { return (nextAttemptMs - nowMs, nil) }
+            // Less than a batch, soon after the last request: the points that come meanwhile share the next one.
+            let shareUntil = lastRequestMs &+ Int64(config.coalesceMs)
+            if waiting < config.batchSize, nowMs < shareUntil {
+                coalescing = true
+                counters.count("coalesced")
+                return (shareUntil - nowMs, nil)
+            }
         }
         // The batch is formed in this worker's turn: it takes what came while the others sent.
         guard await turns.begin(ObjectIdentifier(self), unless: { state.withLock { $0.stopping } }) else { return (1_000, nil) }
@@ -257,6 +271,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             guard verdict == .delivered else { break }
             delivered += batch[(i * perRequest)..<min(batch.count, (i + 1) * perRequest)].map(\.id)
         }
+        lastRequestMs = clock.nowMs()
         if !delivered.isEmpty {
             try store.delete(delivered)
             state.withLock { $0.waiting = max(0, $0.waiting - delivered.count) }

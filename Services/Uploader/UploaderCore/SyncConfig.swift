@@ -17,6 +17,10 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     public var batchSize = 200
     /// Upload once this many points are queued (with `autoSync`).
     public var autoSyncThreshold = 1
+    /// Fewer than `batchSize` points wait this long after the last request
+    /// (with `autoSync`), so points that come close together share one
+    /// request instead of one each; 0 sends at once.
+    public var coalesceMs = 250
     public var retryBaseDelaySec = 1.0
     public var retryMaxDelaySec = 300.0
     public var maxDaysToPersist = 30.0
@@ -28,7 +32,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
     public init(url: String) { self.url = url }
 
     private enum Key: String, CodingKey {
-        case url, headers, autoSync, batchSize, autoSyncThreshold, retryBaseDelaySec, retryMaxDelaySec
+        case url, headers, autoSync, batchSize, autoSyncThreshold, coalesceMs, retryBaseDelaySec, retryMaxDelaySec
         case maxDaysToPersist, maxRecordsToPersist, stopTrackingOnAuthExpiry, httpTimeoutMs, format
     }
 
@@ -39,6 +43,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         autoSync = try c.decodeIfPresent(Bool.self, forKey: .autoSync) ?? true
         batchSize = try c.decodeIfPresent(Int.self, forKey: .batchSize) ?? 200
         autoSyncThreshold = try c.decodeIfPresent(Int.self, forKey: .autoSyncThreshold) ?? 1
+        coalesceMs = try c.decodeIfPresent(Int.self, forKey: .coalesceMs) ?? 250
         retryBaseDelaySec = try c.decodeIfPresent(Double.self, forKey: .retryBaseDelaySec) ?? 1
         retryMaxDelaySec = try c.decodeIfPresent(Double.self, forKey: .retryMaxDelaySec) ?? 300
         maxDaysToPersist = try c.decodeIfPresent(Double.self, forKey: .maxDaysToPersist) ?? 30
@@ -62,6 +67,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
         }
         try check("batchSize", Double(batchSize), 1...10_000)
         try check("autoSyncThreshold", Double(autoSyncThreshold), 1...1_000_000)
+        try check("coalesceMs", Double(coalesceMs), 0...60_000)
         try check("retryBaseDelaySec", retryBaseDelaySec, 0.01...3_600)
         try check("retryMaxDelaySec", retryMaxDelaySec, retryBaseDelaySec...86_400)
         try check("maxDaysToPersist", maxDaysToPersist, 0.01...3_650)
