@@ -96,4 +96,20 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: "\(swap.kept)/tracker-filter.sqlite"))
         #expect(!FileManager.default.fileExists(atPath: "\(directory)/tracker-filter.sqlite"))
     }
+
+    /// An uploader's batch sent without an answer must be finished before a
+    /// repartition; a batch set aside (parked) is not in flight.
+    @Test func onlyABatchInFlightStopsARepartition() throws {
+        var service = tallyService()
+        service.migrations.append(("queue", "CREATE TABLE queue (id INTEGER PRIMARY KEY, device TEXT NOT NULL, batch TEXT, parked INTEGER NOT NULL DEFAULT 0);"))
+        let logger = Logger(label: "test", minimum: .off)
+        let db = try Database(path: "\(directory)/tracker-filter.sqlite")
+        try service.migrate(db)
+        try db.run("INSERT INTO host_identity (epoch, createdMs) VALUES ('old', 0)")
+        try db.run("INSERT INTO queue (device, batch, parked) VALUES ('van1', 'batch-a', 1)")
+        _ = try Repartition(definition: service, directory: directory, target: 2, nowMs: 1, logger: logger).run()
+        let k = Partitioning(count: 2).partition(ofSegment: "van1")
+        try Database(path: "\(directory)/tracker-filter-p\(k).sqlite").run("INSERT INTO queue (device, batch, parked) VALUES ('van1', 'batch-b', 0)")
+        #expect(throws: (any Error).self) { try Repartition(definition: service, directory: directory, target: 1, nowMs: 2, logger: logger).run() }
+    }
 }

@@ -202,7 +202,7 @@ public struct Repartition<Row> {
     func refuseBatchesInFlight(_ sources: [Database], names: [String]) throws {
         for (db, name) in zip(sources, names) where try tableNames(db).contains("queue") {
             guard try columns(of: "queue", in: db).contains(where: { $0.name == "batch" }) else { continue }
-            let waiting = try db.first("SELECT count(*) FROM queue WHERE batch IS NOT NULL") { $0.int(0) } ?? 0
+            let waiting = try db.first("SELECT count(*) FROM queue WHERE batch IS NOT NULL AND parked = 0") { $0.int(0) } ?? 0
             if waiting > 0 {
                 throw Failure("\(name) has \(waiting) points in a batch sent without an answer yet: start the uploader until "
                               + "syncNow answers, stop it, and repartition then")
