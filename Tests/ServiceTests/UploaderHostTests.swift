@@ -413,6 +413,7 @@ extension UploaderHostTests {
         let other = try Database(path: database.path)
         try other.run("UPDATE queue SET parked = 0")
         _ = try command(uploader, "syncNow")
+        #expect(counters.snapshot().queueDepth == 0)  // a pass does not count the queue
         clock.advance(by: .seconds(61))
         transport.script(Exchange(statusCode: 500))
         _ = try command(uploader, "syncNow")
@@ -422,12 +423,14 @@ extension UploaderHostTests {
 
 extension UploaderHostTests {
     /// Points that come soon after a request wait `coalesceMs` for the next
-    /// one, together; a full batch goes at once.
+    /// one, together; a whole batch goes at once, also one that fills while
+    /// its first points wait.
     @Test func pointsThatComeCloseTogetherShareARequest() async throws {
         let counters = HealthCounters()
         let uploader = try host(["syncNowTimeoutSec": .number(10)], transport: transport, counters: counters)
         defer { uploader.close() }
-        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","coalesceMs":200,"batchSize":4}"#)
+        // A minute: while the clock stands, only a whole batch ends the wait.
+        _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","coalesceMs":60000,"batchSize":4}"#)
         func sentSeqs() -> [[Int]] {
             transport.sent.map { request in
                 let body = try? JSONSerialization.jsonObject(with: Data(request.body ?? [])) as? [String: Any]
@@ -438,28 +441,33 @@ extension UploaderHostTests {
             let deadline = ContinuousClock.now + .seconds(15)
             while !condition() {
                 guard ContinuousClock.now < deadline else { throw TestSupportError("no \(what) within 15 s: sent \(sentSeqs())") }
-                await Task.yield()
+                try await Task.sleep(for: .milliseconds(2))  // polling
             }
         }
         // Each pass says how old the oldest waiting point is (nothing when none waits): that tells a pass ran.
         func passSawPointsWaiting() -> Bool { counters.snapshot().extra["oldestQueuedAgeMs"] != nil }
         func held() -> Int64 { counters.snapshot().extra["coalesced"] ?? 0 }
-        transport.script(Exchange(statusCode: 200), Exchange(statusCode: 200), Exchange(statusCode: 200))
-        uploader.receive(point(1))
-        #expect(uploader.commit())
+        func queue(_ seqs: ClosedRange<Int64>) {
+            for seq in seqs { uploader.receive(point(seq)) }
+            #expect(uploader.commit())
+        }
+        transport.script(Exchange(statusCode: 200), Exchange(statusCode: 200), Exchange(statusCode: 200), Exchange(statusCode: 200))
+        queue(1...1)
         // Delivered (the event comes after the request ended), and the pass after it found nothing waiting.
         try await waitUntil("first request and a pass after it") { events().contains("uploaded") && !passSawPointsWaiting() }
-        uploader.receive(point(2))
-        #expect(uploader.commit())
+        queue(2...2)
         // Point 2's pass either sends it (a second request) or holds it back for more.
-        try await waitUntil("pass for point 2") { transport.sent.count == 2 || held() == 1 }
-        uploader.receive(point(3))
-        #expect(uploader.commit())
-        clock.advance(by: .milliseconds(200))
+        try await waitUntil("pass for point 2") { transport.sent.count == 2 || held() >= 1 }
+        queue(3...3)
+        clock.advance(by: .seconds(60))
         try await waitUntil("second request") { transport.sent.count == 2 }
-        for seq in Int64(4)...7 { uploader.receive(point(seq)) }
-        #expect(uploader.commit())
+        queue(4...7)
         try await waitUntil("third request") { transport.sent.count == 3 }  // a whole batch: no wait, though the clock stands
-        #expect(sentSeqs() == [[1], [2, 3], [4, 5, 6, 7]])
+        let before = held()
+        queue(8...8)
+        try await waitUntil("pass for point 8") { transport.sent.count == 4 || held() > before }
+        queue(9...11)
+        try await waitUntil("fourth request") { transport.sent.count == 4 }  // filled while it waited
+        #expect(sentSeqs() == [[1], [2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
     }
 }

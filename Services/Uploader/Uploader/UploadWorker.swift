@@ -70,22 +70,27 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         /// `syncNow` requests waiting for a pass's outcome, by id.
         var waiters: [Int: CheckedContinuation<SyncOutcome?, Never>] = [:]
         var nextWaiterID = 0
+        /// Points waiting: kept exact as they come and go, so it may dip below
+        /// 0 for a moment (a pass can send a point before the host says it queued it).
         var waiting = 0
         /// Points committed to the queue since start, to keep `waiting` true between passes.
         var noted = 0
         /// A wake-up for new points is signalled and its pass has not started:
         /// more points need no more signals (one per point queued a pass per point).
         var woken = false
+        /// While a pass holds fewer than a batch back (`coalesceMs`), the
+        /// count that makes a whole batch: reaching it ends the wait.
+        var wholeBatch: Int?
     }
     private let state = Mutex(State())
 
     /// Retry bookkeeping (`run` only).
     private var attempt = 0
     private var nextAttemptMs: Int64 = 0
-    /// When this worker's last request ended, and whether the last pass
-    /// waits for more points to share the next one (`run` only).
+    /// When this worker's last request ended, and, when the last pass waits
+    /// for more points to share the next one, how many make a batch (`run` only).
     private var lastRequestMs = Int64.min
-    private var coalescing = false
+    private var coalescing: Int?
     /// When the points waiting are next counted in the store (`run` only).
     private var nextCountMs: Int64 = 0
     /// `waiting` is kept as points come and go: counting is a scan of the
@@ -99,7 +104,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         self.bus = bus; self.counters = counters
         // One wake-up pending is as good as many.
         (wakeups, wakeUp) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        counters.queueDepth { [weak self] in Int64(self?.state.withLock { $0.waiting } ?? 0) }
+        counters.queueDepth { [weak self] in Int64(max(0, self?.state.withLock { $0.waiting } ?? 0)) }
     }
 
     func stop() {
@@ -116,6 +121,10 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         let signal = state.withLock { s -> Bool in
             s.noted += 1
             s.waiting += 1
+            if let whole = s.wholeBatch, s.waiting >= whole {
+                s.wholeBatch = nil
+                return true
+            }
             defer { s.woken = true }
             return !s.woken
         }
@@ -171,7 +180,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             // A `syncNow` is answered by the pass that starts after it asked, never
             // by one already under way (that one read the state before the request).
             let (forced, waiters) = state.withLock { s in
-                defer { s.forced = false; s.waiters = [:]; s.woken = false }
+                defer { s.forced = false; s.waiters = [:]; s.woken = false; s.wholeBatch = nil }
                 return (s.forced, s.waiters)
             }
             var pause: Int64 = 1_000
@@ -186,8 +195,9 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
                 state.withLock { s in s.waiters.merge(waiters) { old, _ in old }; s.forced = true }
             }
             guard pause > 0 else { continue }
-            // Points queued meanwhile need no pass of their own: they go in the request after the wait.
-            if coalescing { state.withLock { $0.woken = true } }
+            // Points queued meanwhile need no pass of their own: they go in the request after the wait,
+            // which a whole batch ends.
+            if let whole = coalescing { state.withLock { $0.woken = true; $0.wholeBatch = whole } }
             // Until woken, or the pause is over (then the timer wakes it).
             let wait = Duration.milliseconds(min(pause, 1_000))
             await withTaskGroup(of: Void.self) { timer in
@@ -222,7 +232,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     /// what a `syncNow` would be told (nil: nothing to tell yet).
     private func pass(forced: Bool) async throws -> (Int64, SyncOutcome?) {
         guard let store else { return (1_000, nil) }
-        coalescing = false
+        coalescing = nil
         let (config, authExpired) = try store.sync()
         // The caps hold with or without a config (its defaults until one comes).
         let caps = config ?? SyncConfig(url: "http://unset")
@@ -235,19 +245,23 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             publish(.diagnostic(code: "queueCapped", message: "\(dropped) queued point(s) dropped: the queue holds at most "
                                 + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
         }
-        state.withLock { $0.waiting = waiting + ($0.noted - mark) }
+        let oldest = try store.oldestWaitingMs()
+        // None waiting in the store: only what was queued since the mark waits (exact: it ends any drift).
+        state.withLock { $0.waiting = (oldest == nil ? 0 : waiting) + ($0.noted - mark) }
         // Health's `oldestQueuedAgeMs`: how far behind the customer's backend is (absent when nothing waits).
-        counters.set("oldestQueuedAgeMs", try store.oldestWaitingMs().map { max(0, clock.nowMs() - $0) })
+        counters.set("oldestQueuedAgeMs", oldest.map { max(0, clock.nowMs() - $0) })
         guard let config else { return (1_000, .notConfigured) }
         if authExpired { return (1_000, .authExpired) }
         let nowMs = clock.nowMs()
         if !forced {
             guard config.autoSync, waiting >= config.autoSyncThreshold else { return (1_000, nil) }
             guard nowMs >= nextAttemptMs else { return (nextAttemptMs - nowMs, nil) }
-            // Less than a batch, soon after the last request: the points that come meanwhile share the next one.
+            // Less than a batch, soon after the last request: the points that come meanwhile share the next one
+            // (OsmAnd sends a request a point: nothing to share). A wall clock set back shortens the wait, never stretches it.
+            lastRequestMs = min(lastRequestMs, nowMs)
             let shareUntil = lastRequestMs &+ Int64(config.coalesceMs)
-            if waiting < config.batchSize, nowMs < shareUntil {
-                coalescing = true
+            if config.format == .json, waiting < config.batchSize, nowMs < shareUntil {
+                coalescing = config.batchSize
                 counters.count("coalesced")
                 return (shareUntil - nowMs, nil)
             }
@@ -274,7 +288,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         lastRequestMs = clock.nowMs()
         if !delivered.isEmpty {
             try store.delete(delivered)
-            state.withLock { $0.waiting = max(0, $0.waiting - delivered.count) }
+            state.withLock { $0.waiting -= delivered.count }
             publish(.uploaded(count: delivered.count))
         }
         switch verdict {
@@ -300,7 +314,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
             let undelivered = batch.map(\.id).filter { !delivered.contains($0) }
             let parked = config.format == .osmand ? Array(undelivered.prefix(1)) : undelivered
             try store.park(parked)
-            state.withLock { $0.waiting = max(0, $0.waiting - parked.count) }
+            state.withLock { $0.waiting -= parked.count }
             publish(.diagnostic(code: "batchParked", message: "\(reason); \(config.format == .osmand ? 1 : undelivered.count) point(s) set aside, the rest goes on"))
             attempt = 0
             // A `syncNow` waiting for this attempt gets the next batch's outcome instead.

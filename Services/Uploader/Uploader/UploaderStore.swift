@@ -131,7 +131,7 @@ final class UploaderStore {
         for parked in [0, 1] {
             try db.run("DELETE FROM queue WHERE parked = ? AND queuedMs < ?", .integer(Int64(parked)), .integer(nowMs - maxAgeMs))
             dropped += db.changes
-            if parked == 0 { waiting = max(0, waiting - db.changes) }
+            if parked == 0 { waiting -= db.changes }
         }
         if waiting > maxRecords, known != nil { waiting = try self.waiting() }
         if waiting > maxRecords {
