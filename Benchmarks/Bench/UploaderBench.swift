@@ -41,11 +41,7 @@ enum UploaderBench {
         }
         let total = Int64(payloads.count)
         if backlog {
-            try await collector.wait(timeout: 300, description: "every point queued") { all in
-                all.contains { m in
-                    m.topic.contains("_health") && (try? JSONCoding.decoder.decode(Health.self, from: Data(m.payload)))?.processed ?? 0 >= total
-                }
-            }
+            try await collector.waitForHealth(timeout: 300, description: "every point queued") { $0.processed >= total }
             start = ContinuousClock.now
             let on = try await TestClient.command(client, device: "_fleet", "configureSync", args: .object(["autoSync": .bool(true)]))
             guard on.ok else { throw TestSupportError("configureSync refused: \(on)") }

@@ -143,7 +143,6 @@ public final class MessageCollector: Sendable {
     /// The newest health of each instance received so far.
     public var newestHealth: [String: Health] { state.withLock { $0.newestHealth } }
 
-
     private func wait(_ condition: Condition, timeout: Double, description: String) async throws -> Seen {
         let id = state.withLock { s in defer { s.nextID += 1 }; return s.nextID }
         let timer = DispatchWorkItem { [weak self] in

@@ -10,6 +10,15 @@ import Testing
 @testable import Uploader
 import UploaderCore
 
+/// Polls `condition` until it holds, within a bounded deadline.
+private func waitUntil(_ what: @autoclosure () -> String = "condition", _ condition: () -> Bool) async throws {
+    let deadline = ContinuousClock.now + .seconds(10)
+    while !condition() {
+        guard ContinuousClock.now < deadline else { throw TestSupportError("\(what()) not met within 10 s") }
+        await Task.yield()
+    }
+}
+
 /// A transport that answers what the test scripted and keeps what it was sent.
 final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
     private let state = Mutex<(answers: [Exchange], sent: [UploadRequest])>(([], []))
@@ -380,15 +389,6 @@ extension UploaderHostTests {
         func note(_ name: String) { state.withLock { $0.append(name) } }
         var names: [String] { state.withLock { $0 } }
     }
-
-    /// Polls `condition` until it holds, within a bounded deadline.
-    func waitUntil(_ condition: @Sendable () -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !condition() {
-            guard ContinuousClock.now < deadline else { throw TestSupportError("condition not met within 10 s") }
-            await Task.yield()
-        }
-    }
 }
 
 extension UploaderHostTests {
@@ -437,13 +437,6 @@ extension UploaderHostTests {
                 return ((body?["points"] as? [[String: Any]]) ?? []).compactMap { $0["seq"] as? Int }
             }
         }
-        func waitUntil(_ what: String, _ condition: () -> Bool) async throws {
-            let deadline = ContinuousClock.now + .seconds(15)
-            while !condition() {
-                guard ContinuousClock.now < deadline else { throw TestSupportError("no \(what) within 15 s: sent \(sentSeqs())") }
-                try await Task.sleep(for: .milliseconds(2))  // polling
-            }
-        }
         // Each pass says how old the oldest waiting point is (nothing when none waits): that tells a pass ran.
         func passSawPointsWaiting() -> Bool { counters.snapshot().extra["oldestQueuedAgeMs"] != nil }
         func held() -> Int64 { counters.snapshot().extra["coalesced"] ?? 0 }
@@ -454,20 +447,20 @@ extension UploaderHostTests {
         transport.script(Exchange(statusCode: 200), Exchange(statusCode: 200), Exchange(statusCode: 200), Exchange(statusCode: 200))
         queue(1...1)
         // Delivered (the event comes after the request ended), and the pass after it found nothing waiting.
-        try await waitUntil("first request and a pass after it") { events().contains("uploaded") && !passSawPointsWaiting() }
+        try await waitUntil("first request and a pass after it; sent \(sentSeqs())") { events().contains("uploaded") && !passSawPointsWaiting() }
         queue(2...2)
         // Point 2's pass either sends it (a second request) or holds it back for more.
-        try await waitUntil("pass for point 2") { transport.sent.count == 2 || held() >= 1 }
+        try await waitUntil("pass for point 2; sent \(sentSeqs())") { transport.sent.count == 2 || held() >= 1 }
         queue(3...3)
         clock.advance(by: .seconds(60))
-        try await waitUntil("second request") { transport.sent.count == 2 }
+        try await waitUntil("second request; sent \(sentSeqs())") { transport.sent.count == 2 }
         queue(4...7)
-        try await waitUntil("third request") { transport.sent.count == 3 }  // a whole batch: no wait, though the clock stands
+        try await waitUntil("third request; sent \(sentSeqs())") { transport.sent.count == 3 }  // a whole batch: no wait, though the clock stands
         let before = held()
         queue(8...8)
-        try await waitUntil("pass for point 8") { transport.sent.count == 4 || held() > before }
+        try await waitUntil("pass for point 8; sent \(sentSeqs())") { transport.sent.count == 4 || held() > before }
         queue(9...11)
-        try await waitUntil("fourth request") { transport.sent.count == 4 }  // filled while it waited
+        try await waitUntil("fourth request; sent \(sentSeqs())") { transport.sent.count == 4 }  // filled while it waited
         #expect(sentSeqs() == [[1], [2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
     }
 }

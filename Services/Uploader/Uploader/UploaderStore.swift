@@ -120,11 +120,11 @@ final class UploaderStore {
     /// Holds the queue to its caps: at most `maxRecords` waiting, none queued
     /// more than `maxAgeMs` before `nowMs`. Returns how many were dropped, and
     /// how many points wait afterwards: from `known`, the count the caller
-    /// keeps, or counted (a scan of the queue) when it has none, and always
-    /// before dropping for `maxRecords`, which must not drop on a guess.
-    func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64, known: Int? = nil) throws -> (dropped: Int, waiting: Int) {
+    /// keeps, and counted (a scan of the queue) before dropping for
+    /// `maxRecords`, which must not drop on a guess.
+    func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64, known: Int) throws -> (dropped: Int, waiting: Int) {
         var dropped = 0
-        var waiting = try known ?? self.waiting()
+        var waiting = known
         // Points queued by the release before carry no time: they count as queued now, by this clock
         // (the migration cannot know the injected one). `parked IN (0, 1)` lets it go by index.
         try db.run("UPDATE queue SET queuedMs = ? WHERE parked IN (0, 1) AND queuedMs IS NULL", .integer(nowMs))
@@ -133,7 +133,7 @@ final class UploaderStore {
             dropped += db.changes
             if parked == 0 { waiting -= db.changes }
         }
-        if waiting > maxRecords, known != nil { waiting = try self.waiting() }
+        if waiting > maxRecords { waiting = try self.waiting() }
         if waiting > maxRecords {
             try db.run("DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)", .integer(Int64(waiting - maxRecords)))
             dropped += db.changes
