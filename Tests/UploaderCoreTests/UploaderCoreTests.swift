@@ -7,6 +7,7 @@ import UploaderCore
     @Test func onlyTheURLIsRequiredAndAnOlderFileDecodes() throws {
         let config = try JSONDecoder().decode(SyncConfig.self, from: Data(#"{"url":"https://api.example.com/points"}"#.utf8)).validated()
         #expect(config.batchSize == 200 && config.autoSync && !config.stopTrackingOnAuthExpiry && config.format == .json)
+        #expect(config.coalesceMs == 250)
         #expect(throws: DecodingError.self) { try JSONDecoder().decode(SyncConfig.self, from: Data("{}".utf8)) }
     }
 
@@ -17,6 +18,8 @@ import UploaderCore
             (#"{"url":"https://x.example","retryBaseDelaySec":10,"retryMaxDelaySec":5}"#, "retryMaxDelaySec"),
             (#"{"url":"https://x.example","headers":{"Bad Name":"x"}}"#, "headers"),
             (#"{"url":"https://x.example","httpTimeoutMs":5}"#, "httpTimeoutMs"),
+            (#"{"url":"https://x.example","coalesceMs":-1}"#, "coalesceMs"),
+            (#"{"url":"https://x.example","coalesceMs":60001}"#, "coalesceMs"),
         ] {
             let config = try JSONDecoder().decode(SyncConfig.self, from: Data(json.utf8))
             #expect(throws: SyncConfigError.self, "\(json)") { try config.validated() }
