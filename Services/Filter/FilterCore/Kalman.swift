@@ -93,19 +93,7 @@ extension FilterCore {
         noteInnovation(fix, east: east, north: north, x: x, y: y, r: r, dt: prediction.dt, state: &state)
         east.update(position: x, r: r)
         north.update(position: y, r: r)
-        if let speed = fix.speedMps {
-            // Doppler speed is far better than differenced positions. Course
-            // is only meaningful when moving; standing still needs none.
-            if speed < 0.3 {
-                east.update(velocity: 0, r: 0.09)
-                north.update(velocity: 0, r: 0.09)
-            } else if let course = fix.courseDeg, speed >= 2 {
-                let rv = Self.dopplerVelocityVariance(speed: speed)
-                let velocity = Geodesy.velocity(speed: speed, courseDeg: course)
-                east.update(velocity: velocity.east, r: rv)
-                north.update(velocity: velocity.north, r: rv)
-            }
-        }
+        Self.updateDoppler(fix, &east, &north)
         // No device outruns the profile's top speed: a velocity beyond it
         // came from a wrong fix that slipped through after a long silence.
         let speed = hypot(east.velocity, north.velocity)
@@ -120,6 +108,23 @@ extension FilterCore {
         state.stop.trend.add(x: x, y: y, sigma: sigma, timeMs: fix.timeMs)
         return FilterStep(frame: track.frame, priorTimeMs: priorTimeMs, timeMs: fix.timeMs,
                           predictedEast: prediction.east, predictedNorth: prediction.north, east: east, north: north)
+    }
+
+    /// The fix's Doppler velocity into the axes, when it has one. Doppler
+    /// speed is far better than differenced positions. Course is only
+    /// meaningful when moving; standing still needs none.
+    @inline(__always)
+    static func updateDoppler(_ fix: FilterInput, _ east: inout AxisFilter, _ north: inout AxisFilter) {
+        guard let speed = fix.speedMps else { return }
+        if speed < 0.3 {
+            east.update(velocity: 0, r: 0.09)
+            north.update(velocity: 0, r: 0.09)
+        } else if let course = fix.courseDeg, speed >= 2 {
+            let rv = dopplerVelocityVariance(speed: speed)
+            let velocity = Geodesy.velocity(speed: speed, courseDeg: course)
+            east.update(velocity: velocity.east, r: rv)
+            north.update(velocity: velocity.north, r: rv)
+        }
     }
 
     /// Per axis (m²/s²): the speed's own error (~0.5 m/s), and the course's,
