@@ -8,6 +8,18 @@ func inputs(_ fixes: [DeviceFix]) -> [FilterInput] {
     fixes.enumerated().map { i, f in FilterInput(f, seq: Int64(i + 1), sessionID: "s") }
 }
 
+/// The filter's scores on the truth drive under `variant`, over the sweep's
+/// first `seeds` seeds (`tracker-bench sweep` draws the same).
+func sweepScores(_ variant: NoiseVariant, seeds: UInt64) throws -> [FilterScore] {
+    let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
+    let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
+    return (1...seeds).map { seed in
+        let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
+        return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
+                                 truthPath: truthPath, drivenLengthM: driven)
+    }
+}
+
 func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdicts: [Verdict], state: DeviceFilterState) {
     var state = DeviceFilterState()
     return (fixes.map { core.judge($0, state: &state) }, state)
@@ -262,15 +274,7 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
     func odometerErrors(_ variant: NoiseVariant) throws -> [Double] { try scores(variant).map(\.odometerError) }
 
     /// The filter's scores over the sweep's first twenty seeds.
-    func scores(_ variant: NoiseVariant) throws -> [FilterScore] {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
-        return (1...20 as ClosedRange<UInt64>).map { seed in
-            let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
-            return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                     truthPath: truthPath, drivenLengthM: driven)
-        }
-    }
+    func scores(_ variant: NoiseVariant) throws -> [FilterScore] { try sweepScores(variant, seeds: 20) }
 
     /// Independent errors without Doppler: the smoother rounds turns, and the
     /// filter, knowing the errors average out, follows the positions closer.

@@ -5,18 +5,19 @@ import TestSupport
 import Testing
 
 /// A multipath burst moves a phone's positions for seconds while its Doppler
-/// stays true: with Doppler at 1 Hz the filter rides the burst out on its
-/// velocities, and counts itself lost only when the fixes disagree with it
-/// for longer than a burst lasts.
+/// stays true: with Doppler, fixes seconds apart, the filter rides the burst
+/// out on its velocities, and counts itself lost only when the fixes disagree
+/// with it for longer than a burst lasts.
 @Suite struct MultipathBurstTests {
-    /// Eastbound at 15 m/s, a fix a second with Doppler, accuracy 5 m; fix i
-    /// moved `north(i)` metres north of the road.
-    func eastbound(_ seconds: Int, north: (Int) -> Double = { _ in 0 }) -> [FilterInput] {
-        let metresPerDegree = 111_195.0, latitude = 37.4
-        return inputs((0..<seconds).map { i in
-            DeviceFix(t: 1_700_000_000 + Double(i), lat: latitude + north(i) / metresPerDegree,
-                      lon: -122.1 + 15 * Double(i) / (metresPerDegree * cos(latitude * .pi / 180)),
-                      acc: 5, speed: 15, course: 90)
+    static let metresPerDegree = 111_195.0, latitude = 37.4
+
+    /// Eastbound at 15 m/s, `perSecond` fixes a second with Doppler, accuracy
+    /// 5 m; fix i moved `north(i)` metres north of the road.
+    func eastbound(_ count: Int, perSecond: Int = 1, north: (Int) -> Double = { _ in 0 }) -> [FilterInput] {
+        inputs((0..<count).map { i in
+            let t = Double(i) / Double(perSecond)
+            return DeviceFix(t: 1_700_000_000 + t, lat: Self.latitude + north(i) / Self.metresPerDegree,
+                             lon: -122.1 + 15 * t / (Self.metresPerDegree * cos(Self.latitude * .pi / 180)), acc: 5, speed: 15, course: 90)
         })
     }
 
@@ -34,39 +35,41 @@ import Testing
         let taken = { (i: Int) in judged[Int64(i + 1)]?.decision.accepted == true }
         #expect(burst.filter(taken).isEmpty, "burst fixes taken: \(burst.filter(taken))")
         #expect((38..<60).allSatisfy(taken), "road fixes refused after the burst: \((38..<60).filter { !taken($0) })")
+        // Through the burst the filter's estimate stays on the road.
+        let offRoad = burst.compactMap { judged[Int64($0 + 1)]?.decision.estimate }
+            .map { abs($0.latitude - Self.latitude) * Self.metresPerDegree }
+        #expect(offRoad.count == burst.count && offRoad.allSatisfy { $0 < 10 }, "estimates off the road (m): \(offRoad)")
     }
 
     /// A filter started on a reflection is lost, and the road's fixes, all
-    /// agreeing, restart it once they have disagreed with it for 10 s.
-    @Test func aFilterStartedOnAReflectionFindsTheRoadAfterTenSeconds() {
-        let judged = verdicts(eastbound(40) { $0 == 0 ? 200 : 0 })
-        let refused = (1..<40).filter { judged[Int64($0 + 1)]?.decision.accepted != true }
-        #expect(refused.count <= 11 && refused.allSatisfy { $0 <= 11 }, "road fixes refused: \(refused)")
+    /// agreeing, restart it once they have disagreed with it for 10 s; at
+    /// 2 Hz too, where the run holds twice the fixes (with the run's length
+    /// counted in fixes, 16, it never spanned 10 s there, and dead reckoning
+    /// kept the filter's prediction from widening: the road never came back).
+    @Test(arguments: [1, 2])
+    func aFilterStartedOnAReflectionFindsTheRoadAfterTenSeconds(perSecond: Int) {
+        let count = 40 * perSecond
+        let judged = verdicts(eastbound(count, perSecond: perSecond) { $0 == 0 ? 200 : 0 })
+        let refused = (1..<count).filter { judged[Int64($0 + 1)]?.decision.accepted != true }
+        #expect(refused == Array(1...(10 * perSecond)), "road fixes refused: \(refused)")
     }
 
-    /// Over the sweep's first twenty seeds of the phone and the good phone at
-    /// 1 Hz with Doppler (errors correlated over ~10 s, bursts of 3–8 s): 17
-    /// jumps got through before the filter rode bursts out, and 168 clean
-    /// fixes were taken for outliers; the phone's RMSE was 0.555 × the clean noise
-    /// (now 0, 69 and 0.527).
-    @Test func noPhoneBurstGetsThroughAtOneHertz() throws {
-        let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
-        let driven = Geodesy.pathLength(truth.map { ($0.lat, $0.lon) })
-        func scores(_ variant: NoiseVariant) -> [FilterScore] {
-            (1...20 as ClosedRange<UInt64>).map { seed in
-                let (samples, truthPath) = variant.apply(to: truth, seed: seed * 7919)
-                return FilterScore.score(core: FilterCore(), fixes: samples.map { (inputs([$0.fix])[0], $0.truthLat, $0.truthLon, $0.isJump) },
-                                         truthPath: truthPath, drivenLengthM: driven)
-            }
-        }
-        let phone = scores(NoiseVariant("phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8))
-        let goodPhone = scores(NoiseVariant("good phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8, accuracyRange: 3...15))
+    /// Over the sweep's first forty seeds of the phone and the good phone at
+    /// 1 Hz with Doppler (errors correlated over ~10 s, bursts of 3–8 s):
+    /// before the filter rode bursts out, 25 jumps got through and 300 clean
+    /// fixes were taken for outliers, and the phone's RMSE was 0.573 × the
+    /// clean noise; now 2, 161 and 0.546. (A hundred seeds: the phone's
+    /// jumps through 57 → 27, the good phone's 47 → 20, most in a few seeds.)
+    @Test func fewPhoneBurstsGetThroughAtOneHertz() throws {
+        let phone = try sweepScores(NoiseVariant("phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8), seeds: 40)
+        let goodPhone = try sweepScores(NoiseVariant("good phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8,
+                                                     accuracyRange: 3...15), seeds: 40)
         let all = phone + goodPhone
         let through = all.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
         let cleanRejected = all.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
         let phoneRMSE = phone.map(\.rmseRatio).reduce(0, +) / Double(phone.count)
-        #expect(through == 0, "jumps through: \(through)")
-        #expect(cleanRejected <= 100, "clean fixes taken for outliers: \(cleanRejected)")
-        #expect(phoneRMSE <= 0.54, "the phone's mean RMSE ratio: \(phoneRMSE)")
+        #expect(through <= 8, "jumps through: \(through)")
+        #expect(cleanRejected <= 220, "clean fixes taken for outliers: \(cleanRejected)")
+        #expect(phoneRMSE <= 0.56, "the phone's mean RMSE ratio: \(phoneRMSE)")
     }
 }

@@ -232,7 +232,7 @@ extension FilterCore {
             return .pass
         }
         if let recovered = recover(fix, judging, x: x, y: y, state: &state) { return .restart(recovered) }
-        deadReckon(fix, prediction, mahalanobis: mahalanobis, track: track, state: &state)
+        deadReckon(fix, prediction, state: &state)
         return .reject(.innovationOutlier, measured: mahalanobis, limit: profile.innovationGate)
     }
 

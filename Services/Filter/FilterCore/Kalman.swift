@@ -12,8 +12,8 @@ extension FilterCore {
         let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
         let sigma = judging.sigma
         var ve = 0.0, vn = 0.0, velocityVariance = Self.unknownVelocityVariance
-        if let speed = fix.speedMps, let course = fix.courseDeg, speed >= 2 {
-            (ve, vn) = Geodesy.velocity(speed: speed, courseDeg: course)
+        if case .moving(let east, let north, _) = DopplerVelocity(fix) {
+            (ve, vn) = (east, north)
             velocityVariance = 4
         }
         let track = KalmanState.Track(
@@ -31,18 +31,23 @@ extension FilterCore {
     /// When several outliers in a row agree with each other, the filter has
     /// lost the device (a real jump, a long tunnel): restart on them. Nil
     /// (the fix noted among the outliers) while they do not. With Doppler
-    /// the filter rides out a multipath burst on its velocities (see
-    /// `deadReckon`), so the fixes must disagree with it for longer than a
-    /// burst lasts before it counts itself lost.
+    /// the filter rides a multipath burst out on its velocities (see
+    /// `deadReckon`), so the outliers must agree for longer than a burst
+    /// lasts, whatever the rate: the run keeps its newest outliers that span
+    /// that long, up to `dopplerRunLimit` of them.
     func recover(_ fix: FilterInput, _ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) -> Placement? {
         state.kalman.outliers.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: judging.accuracy))
         let doppler = fix.speedMps != nil
-        if state.kalman.outliers.count > (doppler ? Self.dopplerRecoveryFixes : profile.reinitializeAfter) {
-            state.kalman.outliers.removeFirst()
+        let windowMs = doppler ? Self.dopplerRecoveryMs : Self.recoveryMs
+        if doppler {
+            while state.kalman.outliers.count > profile.reinitializeAfter, state.kalman.outliers[1].timeMs <= fix.timeMs - windowMs {
+                state.kalman.outliers.removeFirst()
+            }
         }
+        let limit = doppler ? Self.dopplerRunLimit : profile.reinitializeAfter
+        if state.kalman.outliers.count > limit { state.kalman.outliers.removeFirst(state.kalman.outliers.count - limit) }
         let run = state.kalman.outliers
-        guard run.count >= profile.reinitializeAfter,
-              run[run.count - 1].timeMs - run[0].timeMs >= (doppler ? Self.dopplerRecoveryMs : Self.recoveryMs) else { return nil }
+        guard run.count >= profile.reinitializeAfter, run[run.count - 1].timeMs - run[0].timeMs >= windowMs else { return nil }
         let consistent = zip(run, run.dropFirst()).allSatisfy { a, b in
             let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
             return max(0, hypot(b.x - a.x, b.y - a.y) - a.accuracyM - b.accuracyM) / dt <= maxSpeed(state)
@@ -52,54 +57,76 @@ extension FilterCore {
     }
 
     /// How long outliers in a row must agree before the filter restarts on
-    /// them; with Doppler, longer than a phone's multipath burst (seconds;
-    /// 3–8 s in the sweep's phone), and how many such outliers are kept.
+    /// them: without Doppler 6 s; with it 10 s, longer than a phone's
+    /// multipath burst (seconds; 3–8 s in the sweep's phone).
     static let recoveryMs: Int64 = 6_000
     static let dopplerRecoveryMs: Int64 = 10_000
-    static let dopplerRecoveryFixes = 16
+    /// The most outliers a run with Doppler keeps (a row's bound: 10 s of
+    /// fixes from a device reporting up to 12 times a second).
+    static let dopplerRunLimit = 128
 
-    /// A fix far off the prediction that the filter will not take: a
-    /// multipath reflection moves a fix's position, not its Doppler. So the
-    /// filter moves on to the fix's time on the fix's velocity alone (dead
+    /// A fix the filter will not take, far off its prediction: a multipath
+    /// reflection moves a fix's position, not its Doppler. So the filter
+    /// moves on to the fix's time on the fix's velocity alone (dead
     /// reckoning), and the next fix is weighed against where the device went,
     /// not against a prediction that widens with every second since the
     /// last fix taken (which, by a burst's fifth second, took the reflection
-    /// itself). Only fixes seconds apart, and only those well beyond the gate:
-    /// one just outside it is as often the filter's own error, which dead
-    /// reckoning would keep (a good phone, accuracy 3–6 m, lost a minute of
-    /// honest fixes that way). A hundred seeds of the sweep's phone at 1 Hz:
-    /// jumps through 57 → 27, clean fixes rejected 495 → 460, RMSE 0.58 → 0.55.
-    func deadReckon(_ fix: FilterInput, _ prediction: Prediction, mahalanobis: Double, track: KalmanState.Track,
-                    state: inout DeviceFilterState) {
-        guard prediction.dt <= Self.deadReckoningMaxGapSec, mahalanobis > Self.deadReckoningGateFactor * profile.innovationGate,
-              let speed = fix.speedMps, speed < 0.3 || (speed >= 2 && fix.courseDeg != nil) else { return }
-        var track = track
-        if speed < 0.3 {
-            // Standing at the fix: it stood since, where the filter had it
-            // (not carried on by the speed before it braked).
-            Self.updateDoppler(fix, &track.east, &track.north)
+    /// itself, and the road after it for an outlier).
+    ///
+    /// Only fixes seconds apart, and only those well beyond the gate: one
+    /// just outside it is as often the filter's own error, which dead
+    /// reckoning would keep (on one seed a good phone, its fixes there 3–6 m,
+    /// lost a minute of honest fixes that way). And only for as long as a
+    /// burst lasts: once the fixes have disagreed with it for
+    /// `dopplerRecoveryMs` (they restart it then if they agree with each
+    /// other), the prediction widens from there as it always did, so a
+    /// filter that is itself wrong is never locked out for longer.
+    ///
+    /// Not for fixes the implied-speed gate refuses (a reflection some 300 m
+    /// or more off, judged as before): dead reckoning there too let the
+    /// phone's jumps through 27 → 18, but cost the default and white noise
+    /// 1–2 % of RMSE, where at 1 Hz with Doppler nothing may get worse.
+    func deadReckon(_ fix: FilterInput, _ prediction: Prediction, state: inout DeviceFilterState) {
+        let run = state.kalman.outliers
+        guard var track = state.kalman.track, prediction.dt <= Double(Self.deadReckoningMaxGapMs) / 1000,
+              prediction.mahalanobis > Self.deadReckoningGateFactor * profile.innovationGate,
+              let first = run.first, fix.timeMs - first.timeMs < Self.dopplerRecoveryMs, run.count < Self.dopplerRunLimit,
+              let velocity = DopplerVelocity(fix) else { return }
+        switch velocity {
+        case .standing:
+            // Standing at the fix, it braked since: it stands where the
+            // filter had it, not carried on at the speed before.
+            track.east.velocity = 0
+            track.north.velocity = 0
             track.east.predict(dt: prediction.dt, q: prediction.q)
             track.north.predict(dt: prediction.dt, q: prediction.q)
-        } else {
+        case .moving:
             (track.east, track.north) = (prediction.east, prediction.north)
-            Self.updateDoppler(fix, &track.east, &track.north)
         }
+        velocity.update(&track.east, &track.north)
+        limitSpeed(&track.east, &track.north, state: state)
         track.timeMs = fix.timeMs
         state.kalman.phase = .tracking(filter: track)
     }
-    /// Dead reckoning's reach: fixes this close to the filter's last step
-    /// (below the look-ahead's 4 s, where the next fix judges a sparse one).
-    static let deadReckoningMaxGapSec = 3.5
-    /// How far beyond the innovation gate a fix must be for dead reckoning
-    /// (2× let 34 jumps through where 1.5× let 27, with as many clean fixes rejected).
+
+    /// Dead reckoning's reach: fixes at most this long after the filter's
+    /// last step, below the look-ahead's `lookAheadMinGapMs`, from which the
+    /// fix after a sparse one judges it.
+    static let deadReckoningMaxGapMs: Int64 = 3_500
+    /// How far beyond the innovation gate a fix must be for dead reckoning.
+    /// A hundred seeds of the sweep's phone at 1 Hz, 1.5×: jumps through
+    /// 57 → 27, clean fixes rejected 495 → 460, RMSE 0.58 → 0.55; 2×: 34
+    /// jumps through, as many clean fixes rejected.
     static let deadReckoningGateFactor = 1.5
 
     /// The filter moved to the fix's time, and the fix's statistical distance from it.
     struct Prediction {
         var east: AxisFilter, north: AxisFilter
         var mahalanobis: Double
-        /// Seconds since the filter's last update, and the process noise over them.
-        var dt: Double, q: Double
+        /// Seconds since the filter's last update.
+        var dt: Double
+        /// The process noise it was moved with (m²/s³).
+        var q: Double
     }
 
     /// Where `track` puts the device at the fix's time. White acceleration
@@ -142,14 +169,8 @@ extension FilterCore {
         noteInnovation(fix, east: east, north: north, x: x, y: y, r: r, dt: prediction.dt, state: &state)
         east.update(position: x, r: r)
         north.update(position: y, r: r)
-        Self.updateDoppler(fix, &east, &north)
-        // No device outruns the profile's top speed: a velocity beyond it
-        // came from a wrong fix that slipped through after a long silence.
-        let speed = hypot(east.velocity, north.velocity)
-        if speed > maxSpeed(state) {
-            east.velocity *= maxSpeed(state) / speed
-            north.velocity *= maxSpeed(state) / speed
-        }
+        DopplerVelocity(fix)?.update(&east, &north)
+        limitSpeed(&east, &north, state: state)
         (track.east, track.north, track.timeMs) = (east, north, fix.timeMs)
         state.kalman.phase = .tracking(filter: track)
         noteSteady(fix, x: x, y: y, r: r, priorTimeMs: priorTimeMs, state: &state)
@@ -159,21 +180,13 @@ extension FilterCore {
                           predictedEast: prediction.east, predictedNorth: prediction.north, east: east, north: north)
     }
 
-    /// The fix's Doppler velocity into the axes, when it has one. Doppler
-    /// speed is far better than differenced positions. Course is only
-    /// meaningful when moving; standing still needs none.
-    @inline(__always)
-    static func updateDoppler(_ fix: FilterInput, _ east: inout AxisFilter, _ north: inout AxisFilter) {
-        guard let speed = fix.speedMps else { return }
-        if speed < 0.3 {
-            east.update(velocity: 0, r: 0.09)
-            north.update(velocity: 0, r: 0.09)
-        } else if let course = fix.courseDeg, speed >= 2 {
-            let rv = dopplerVelocityVariance(speed: speed)
-            let velocity = Geodesy.velocity(speed: speed, courseDeg: course)
-            east.update(velocity: velocity.east, r: rv)
-            north.update(velocity: velocity.north, r: rv)
-        }
+    /// No device outruns the profile's top speed: a velocity beyond it
+    /// came from a wrong fix that slipped through after a long silence.
+    func limitSpeed(_ east: inout AxisFilter, _ north: inout AxisFilter, state: DeviceFilterState) {
+        let speed = hypot(east.velocity, north.velocity)
+        guard speed > maxSpeed(state) else { return }
+        east.velocity *= maxSpeed(state) / speed
+        north.velocity *= maxSpeed(state) / speed
     }
 
     /// Per axis (m²/s²): the speed's own error (~0.5 m/s), and the course's,

@@ -377,11 +377,12 @@ extension FilterCore {
         guard next.timeMs > held.timeMs, let start = storyStart(held, state, steady: false) else { return nil }
         let frame = start.frame
         var (east, north) = (start.east, start.north)
-        let q = storyQ(held) * (held.speedMps == nil ? 1 : Self.dopplerBridgeQFactor)
+        let (heldVelocity, nextVelocity) = (DopplerVelocity(held), DopplerVelocity(next))
+        let q = storyQ(held) * (heldVelocity != nil && nextVelocity != nil ? Self.dopplerBridgeQFactor : 1)
         let toHeld = Double(held.timeMs - start.timeMs) / 1000, toNext = Double(next.timeMs - held.timeMs) / 1000
         east.predict(dt: toHeld, q: q)
         north.predict(dt: toHeld, q: q)
-        Self.updateDoppler(held, &east, &north)
+        heldVelocity?.update(&east, &north)
         var eastNext = east, northNext = north
         eastNext.predict(dt: toNext, q: q)
         northNext.predict(dt: toNext, q: q)
@@ -390,19 +391,20 @@ extension FilterCore {
         var eastAfter = eastNext, northAfter = northNext
         eastAfter.update(position: nx, r: nextSigma * nextSigma)
         northAfter.update(position: ny, r: nextSigma * nextSigma)
-        Self.updateDoppler(next, &eastAfter, &northAfter)
+        nextVelocity?.update(&eastAfter, &northAfter)
         let eastHeld = Self.smooth(east, predicted: eastNext, smoothedNext: eastAfter, dt: toNext)
         let northHeld = Self.smooth(north, predicted: northNext, smoothedNext: northAfter, dt: toNext)
         return Self.fit(held, to: eastHeld, northHeld, frame: frame)
     }
 
-    /// The bridge's process noise for a fix with Doppler, as a multiple of
-    /// the stories'. Knowing the velocity at both ends, the bridge is
-    /// narrower than one that knows it at the start only, and honest speed
-    /// changes over a sparse interval stray beyond it. A hundred seeds every
-    /// 15 s with Doppler, 1× and 1.5×: jumps through 39 → 25 and 26, clean
-    /// fixes taken for jumps 108 → 157 and 136 (good phone: 21 → 7 and 14,
-    /// 157 → 234 and 199, odometer −3.8 → −4.2 and −3.9 %).
+    /// The bridge's process noise when the held fix and the next both give
+    /// a Doppler velocity, as a multiple of the stories'. Knowing the
+    /// velocity at both ends, the bridge is narrower than one that knows it
+    /// at the start only, and honest speed changes over a sparse interval
+    /// stray beyond it. A hundred seeds every 15 s with Doppler: jumps
+    /// through 39 → 26, clean fixes taken for jumps 108 → 138 (good phone:
+    /// 21 → 11, 157 → 201, odometer −3.8 → −3.9 %); at 1× the noise the good
+    /// phone's odometer went to −4.2 %, with 234 clean fixes taken.
     static let dopplerBridgeQFactor = 1.5
 
     /// The fix's fit to the prediction.
