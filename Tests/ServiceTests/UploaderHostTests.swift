@@ -464,3 +464,37 @@ extension UploaderHostTests {
         #expect(sentSeqs() == [[1], [2, 3], [4, 5, 6, 7], [8, 9, 10, 11]])
     }
 }
+
+extension UploaderHostTests {
+    /// The host notes a point once its batch is committed, and the worker
+    /// counts the queue on its own thread: a point committed before a count
+    /// and noted after it is counted once. (Counted by a mark of the notes,
+    /// it was taken in twice: the queue's depth read 11 where 4 waited.)
+    @Test func aPointCountedBeforeItsNoteArrivesIsCountedOnce() async throws {
+        try host().close()  // the store, as the service makes it
+        let store = UploaderStore(db: try Database(path: database.path))
+        func queue(_ seq: Int64) throws -> Int64 {
+            let message = try JSONCoding.decoder.decode(PointMessage.self, from: Data(point(seq).payload))
+            return try #require(try store.enqueue(message, nowMs: clock.nowMs()))
+        }
+        let early = try (1...3).map(queue)  // committed, their notes still to come
+        let counters = HealthCounters()
+        let worker = UploadWorker(path: database.path, topics: Topics(), transport: transport, turns: UploadTurns(), clock: clock,
+                                  logger: Logger(label: "test", minimum: .off), bus: bus, counters: counters)
+        let running = Task { try await worker.run() }
+        defer { worker.stop() }
+        _ = await worker.syncNow(timeout: .seconds(10))  // not configured: a pass, nothing sent
+        #expect(counters.snapshot().queueDepth == 3)
+        for id in early { worker.noteQueued(id: id) }
+        #expect(counters.snapshot().queueDepth == 3)
+        // Committed after the count, noted before the next: counted once too.
+        let late = try queue(4)
+        worker.noteQueued(id: late)
+        #expect(counters.snapshot().queueDepth == 4)
+        clock.advance(by: .seconds(61))
+        _ = await worker.syncNow(timeout: .seconds(10))
+        #expect(counters.snapshot().queueDepth == 4)
+        worker.stop()
+        try await running.value
+    }
+}

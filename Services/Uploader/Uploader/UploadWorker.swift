@@ -75,6 +75,11 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         var waiting = 0
         /// Points committed to the queue since start, to keep `waiting` true between passes.
         var noted = 0
+        /// The highest row id the last count of the store took in, and the
+        /// highest noted since start: a point noted at or below the first
+        /// was in that count already (committed before it, noted after).
+        var countedThroughID: Int64 = 0
+        var newestNotedID: Int64 = 0
         /// A wake-up for new points is signalled and its pass has not started:
         /// more points need no more signals (one per point queued a pass per point).
         var woken = false
@@ -116,9 +121,12 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
     /// New points or a new config: look again now.
     func wake() { wakeUp.yield() }
 
-    /// A point was committed to the queue: health counts it at once, a pass sends it.
-    func noteQueued() {
+    /// A point was committed to the queue (row `id`): health counts it at
+    /// once, a pass sends it.
+    func noteQueued(id: Int64) {
         let signal = state.withLock { s -> Bool in
+            s.newestNotedID = max(s.newestNotedID, id)
+            guard id > s.countedThroughID else { return false }
             s.noted += 1
             s.waiting += 1
             if let whole = s.wholeBatch, s.waiting >= whole {
@@ -212,13 +220,18 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         answerWaiters(with: nil)
     }
 
-    /// Counts the points waiting in the store. Points committed after the
-    /// mark may be missing from the count: added on top (one counted twice
-    /// now and then is harmless; health never says empty while a point waits).
+    /// Counts the points waiting in the store. The host notes a point once
+    /// its batch is committed, so a count can take in points not noted yet
+    /// (told apart by row id, and not counted again when noted) and miss
+    /// points noted already (committed after it: the ids above the count's
+    /// up to the newest noted, every one a point, as ids only grow and notes
+    /// come in commit order).
     private func count(_ store: UploaderStore) throws {
-        let mark = state.withLock { $0.noted }
-        let counted = try store.waiting()
-        state.withLock { $0.waiting = counted + ($0.noted - mark) }
+        let (counted, throughID) = try store.waitingThrough()
+        state.withLock { s in
+            s.waiting = counted + Int(max(0, s.newestNotedID - throughID))
+            s.countedThroughID = max(s.countedThroughID, throughID, s.newestNotedID)
+        }
         nextCountMs = clock.nowMs() + Self.countIntervalMs
     }
 

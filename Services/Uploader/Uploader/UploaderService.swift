@@ -47,7 +47,7 @@ enum UploaderService {
                         let queued = try store.enqueue(message, nowMs: work.nowMs)
                         work.processed()
                         // Once committed the worker can see it: health counts it, a pass sends it.
-                        if queued { work.afterCommit { made.worker?.noteQueued() } }
+                        if let id = queued { work.afterCommit { made.worker?.noteQueued(id: id) } }
                     },
                 ],
                 commands: [

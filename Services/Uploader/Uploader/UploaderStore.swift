@@ -44,7 +44,9 @@ final class UploaderStore {
 
     /// Once per `(device, epoch, seq)`: a redelivered point is not queued
     /// twice. Whether it was queued now.
-    func enqueue(_ message: PointMessage, nowMs: Int64) throws -> Bool {
+    /// Queues the point; its row id (ids only grow: AUTOINCREMENT), or nil
+    /// when it was queued before.
+    func enqueue(_ message: PointMessage, nowMs: Int64) throws -> Int64? {
         try db.run("""
             INSERT OR IGNORE INTO queue (device, epoch, seq, timeMs, body, altitudeM, batteryPct, queuedMs)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
@@ -52,7 +54,7 @@ final class UploaderStore {
             .text(message.device.rawValue), .text(message.epoch ?? ""), .integer(message.point.seq), .integer(message.point.timeMs),
             .utf8(Array(JSONCoding.encode(message.point))), Self.real(message.measured?.altitudeM), Self.real(message.measured?.batteryPct),
             .integer(nowMs)])
-        return db.changes > 0
+        return db.changes > 0 ? db.lastInsertRowID : nil
     }
 
     private static func real(_ value: Double?) -> SQLValue { value.map { .real($0) } ?? .null }
@@ -143,6 +145,15 @@ final class UploaderStore {
     }
 
     func waiting() throws -> Int { try db.first("SELECT count(*) FROM queue WHERE parked = 0") { $0.int(0) } ?? 0 }
+
+    /// The points waiting, and the highest row id ever queued, read together
+    /// (one statement): every waiting row up to that id is in the count.
+    func waitingThrough() throws -> (count: Int, throughID: Int64) {
+        try db.first("""
+            SELECT (SELECT count(*) FROM queue WHERE parked = 0),
+                   coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'queue'), 0)
+            """) { ($0.int(0), $0.int64(1)) } ?? (0, 0)
+    }
     func oldestWaitingMs() throws -> Int64? { try db.first("SELECT min(timeMs) FROM queue WHERE parked = 0") { $0.optionalInt64(0) } ?? nil }
 }
 
