@@ -58,8 +58,8 @@ import Testing
     /// 1 Hz with Doppler (errors correlated over ~10 s, bursts of 3–8 s):
     /// before the filter rode bursts out, 25 jumps got through and 300 clean
     /// fixes were taken for outliers, and the phone's RMSE was 0.573 × the
-    /// clean noise; now 2, 161 and 0.546. (A hundred seeds: the phone's
-    /// jumps through 57 → 27, the good phone's 47 → 20, most in a few seeds.)
+    /// clean noise; now 2, 166 and 0.541. (A hundred seeds: the phone's
+    /// jumps through 57 → 11, the good phone's 47 → 8, most in a few seeds.)
     @Test func fewPhoneBurstsGetThroughAtOneHertz() throws {
         let phone = try sweepScores(NoiseVariant("phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8), seeds: 40)
         let goodPhone = try sweepScores(NoiseVariant("good phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8,

@@ -73,7 +73,8 @@ extension FilterCore {
     /// last fix taken (which, by a burst's fifth second, took the reflection
     /// itself, and the road after it for an outlier).
     ///
-    /// Only fixes seconds apart, and only those well beyond the gate: one
+    /// Only fixes seconds apart (from the filter's last step, or in a run of
+    /// outliers from the one before), and only those well beyond the gate: one
     /// just outside it is as often the filter's own error, which dead
     /// reckoning would keep (on one seed a good phone, its fixes there 3–6 m,
     /// lost a minute of honest fixes that way). And only for as long as a
@@ -82,13 +83,18 @@ extension FilterCore {
     /// other), the prediction widens from there as it always did, so a
     /// filter that is itself wrong is never locked out for longer.
     ///
-    /// Not for fixes the implied-speed gate refuses (a reflection some 300 m
-    /// or more off, judged as before): dead reckoning there too let the
-    /// phone's jumps through 27 → 18, but cost the default and white noise
-    /// 1–2 % of RMSE, where at 1 Hz with Doppler nothing may get worse.
+    /// Not on the fixes the implied-speed gate refuses (a reflection some
+    /// 300 m or more off): dead reckoning there cost the default and white
+    /// noise 1–2 % of RMSE, where at 1 Hz with Doppler nothing may get worse.
+    /// A burst that begins with them is ridden out from its first fix this
+    /// gate refuses: counted from the fix before it, which is seconds away,
+    /// where the filter's last step may be further back (measured from
+    /// that, the phone's jumps through were 27 where now they are 11).
     func deadReckon(_ fix: FilterInput, _ prediction: Prediction, state: inout DeviceFilterState) {
         let run = state.kalman.outliers
-        guard var track = state.kalman.track, prediction.dt <= Double(Self.deadReckoningMaxGapMs) / 1000,
+        // Seconds apart: from the filter's last step, or in a run of outliers from the one before.
+        let gapMs = run.count >= 2 ? fix.timeMs - run[run.count - 2].timeMs : Int64((prediction.dt * 1000).rounded())
+        guard var track = state.kalman.track, gapMs <= Self.deadReckoningMaxGapMs,
               prediction.mahalanobis > Self.deadReckoningGateFactor * profile.innovationGate,
               let first = run.first, fix.timeMs - first.timeMs < Self.dopplerRecoveryMs, run.count < Self.dopplerRunLimit,
               let velocity = DopplerVelocity(fix) else { return }
@@ -115,8 +121,9 @@ extension FilterCore {
     static let deadReckoningMaxGapMs: Int64 = 3_500
     /// How far beyond the innovation gate a fix must be for dead reckoning.
     /// A hundred seeds of the sweep's phone at 1 Hz, 1.5×: jumps through
-    /// 57 → 27, clean fixes rejected 495 → 460, RMSE 0.58 → 0.55; 2×: 34
-    /// jumps through, as many clean fixes rejected.
+    /// 57 → 11, clean fixes rejected 495 → 410, RMSE 0.58 → 0.55 (2×, before
+    /// runs were counted from their previous fix: 34 jumps through where
+    /// 1.5× let 27, for as many clean fixes rejected).
     static let deadReckoningGateFactor = 1.5
 
     /// The filter moved to the fix's time, and the fix's statistical distance from it.
