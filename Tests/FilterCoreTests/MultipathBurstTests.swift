@@ -11,13 +11,16 @@ import Testing
 @Suite struct MultipathBurstTests {
     static let metresPerDegree = 111_195.0, latitude = 37.4
 
-    /// Eastbound at 15 m/s, `perSecond` fixes a second with Doppler, accuracy
+    /// Eastbound at 15 m/s, `perSecond` fixes a second with Doppler (but
+    /// every `speedlessEvery`th, as fused or network fixes come), accuracy
     /// 5 m; fix i moved `north(i)` metres north of the road.
-    func eastbound(_ count: Int, perSecond: Int = 1, north: (Int) -> Double = { _ in 0 }) -> [FilterInput] {
+    func eastbound(_ count: Int, perSecond: Int = 1, speedlessEvery: Int? = nil, north: (Int) -> Double = { _ in 0 }) -> [FilterInput] {
         inputs((0..<count).map { i in
             let t = Double(i) / Double(perSecond)
+            let speedless = speedlessEvery.map { i % $0 == $0 - 1 } ?? false
             return DeviceFix(t: 1_700_000_000 + t, lat: Self.latitude + north(i) / Self.metresPerDegree,
-                             lon: -122.1 + 15 * t / (Self.metresPerDegree * cos(Self.latitude * .pi / 180)), acc: 5, speed: 15, course: 90)
+                             lon: -122.1 + 15 * t / (Self.metresPerDegree * cos(Self.latitude * .pi / 180)), acc: 5,
+                             speed: speedless ? nil : 15, course: speedless ? nil : 90)
         })
     }
 
@@ -52,6 +55,18 @@ import Testing
         let judged = verdicts(eastbound(count, perSecond: perSecond) { $0 == 0 ? 200 : 0 })
         let refused = (1..<count).filter { judged[Int64($0 + 1)]?.decision.accepted != true }
         #expect(refused == Array(1...(10 * perSecond)), "road fixes refused: \(refused)")
+    }
+
+    /// The same with every fifth fix without a speed. Such a fix once cut
+    /// the run back to its last five, which span 4 s at 1 Hz: the run never
+    /// grew old enough to restart the filter or to end the dead reckoning,
+    /// and the road never came back.
+    @Test(arguments: [1, 2])
+    func fixesWithoutSpeedAmongThemDoNotKeepItLost(perSecond: Int) {
+        let count = 40 * perSecond
+        let judged = verdicts(eastbound(count, perSecond: perSecond, speedlessEvery: 5) { $0 == 0 ? 200 : 0 })
+        let refused = (1..<count).filter { judged[Int64($0 + 1)]?.decision.accepted != true }
+        #expect(!refused.isEmpty && refused.allSatisfy { $0 <= 11 * perSecond }, "road fixes refused: \(refused)")
     }
 
     /// Over the sweep's first forty seeds of the phone and the good phone at

@@ -483,7 +483,7 @@ extension UploaderHostTests {
                                   logger: Logger(label: "test", minimum: .off), bus: bus, counters: counters)
         let running = Task { try await worker.run() }
         defer { worker.stop() }
-        _ = await worker.syncNow(timeout: .seconds(10))  // not configured: a pass, nothing sent
+        #expect(await worker.syncNow(timeout: .seconds(10)) == .notConfigured)  // a pass, nothing sent
         #expect(counters.snapshot().queueDepth == 3)
         for id in early { worker.noteQueued(id: id) }
         #expect(counters.snapshot().queueDepth == 3)
@@ -492,7 +492,7 @@ extension UploaderHostTests {
         worker.noteQueued(id: late)
         #expect(counters.snapshot().queueDepth == 4)
         clock.advance(by: .seconds(61))
-        _ = await worker.syncNow(timeout: .seconds(10))
+        #expect(await worker.syncNow(timeout: .seconds(10)) == .notConfigured)  // the minute's count
         #expect(counters.snapshot().queueDepth == 4)
         worker.stop()
         try await running.value

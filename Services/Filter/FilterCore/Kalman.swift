@@ -32,22 +32,24 @@ extension FilterCore {
     /// lost the device (a real jump, a long tunnel): restart on them. Nil
     /// (the fix noted among the outliers) while they do not. With Doppler
     /// the filter rides a multipath burst out on its velocities (see
-    /// `deadReckon`), so the outliers must agree for longer than a burst
-    /// lasts, whatever the rate: the run keeps its newest outliers that span
-    /// that long, up to `dopplerRunLimit` of them.
+    /// `deadReckon`), so outliers with a Doppler speed must agree for longer
+    /// than a burst lasts: the run keeps its newest outliers that span that
+    /// long (at least `reinitializeAfter`, at most `dopplerRunLimit`), and a
+    /// fix without a speed is judged on the last `reinitializeAfter` of them
+    /// over 6 s, as always.
     func recover(_ fix: FilterInput, _ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) -> Placement? {
         state.kalman.outliers.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: judging.accuracy))
+        while state.kalman.outliers.count > profile.reinitializeAfter,
+              state.kalman.outliers[1].timeMs <= fix.timeMs - Self.dopplerRecoveryMs {
+            state.kalman.outliers.removeFirst()
+        }
+        if state.kalman.outliers.count > Self.dopplerRunLimit {
+            state.kalman.outliers.removeFirst(state.kalman.outliers.count - Self.dopplerRunLimit)
+        }
         let doppler = fix.speedMps != nil
         let windowMs = doppler ? Self.dopplerRecoveryMs : Self.recoveryMs
-        if doppler {
-            while state.kalman.outliers.count > profile.reinitializeAfter, state.kalman.outliers[1].timeMs <= fix.timeMs - windowMs {
-                state.kalman.outliers.removeFirst()
-            }
-        }
-        let limit = doppler ? Self.dopplerRunLimit : profile.reinitializeAfter
-        if state.kalman.outliers.count > limit { state.kalman.outliers.removeFirst(state.kalman.outliers.count - limit) }
-        let run = state.kalman.outliers
-        guard run.count >= profile.reinitializeAfter, run[run.count - 1].timeMs - run[0].timeMs >= windowMs else { return nil }
+        let run = doppler ? state.kalman.outliers[...] : state.kalman.outliers.suffix(profile.reinitializeAfter)
+        guard run.count >= profile.reinitializeAfter, run[run.endIndex - 1].timeMs - run[run.startIndex].timeMs >= windowMs else { return nil }
         let consistent = zip(run, run.dropFirst()).allSatisfy { a, b in
             let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
             return max(0, hypot(b.x - a.x, b.y - a.y) - a.accuracyM - b.accuracyM) / dt <= maxSpeed(state)
@@ -57,8 +59,8 @@ extension FilterCore {
     }
 
     /// How long outliers in a row must agree before the filter restarts on
-    /// them: without Doppler 6 s; with it 10 s, longer than a phone's
-    /// multipath burst (seconds; 3–8 s in the sweep's phone).
+    /// them: 6 s; with a Doppler speed 10 s, longer than a phone's multipath
+    /// burst (seconds; 3–8 s in the sweep's phone).
     static let recoveryMs: Int64 = 6_000
     static let dopplerRecoveryMs: Int64 = 10_000
     /// The most outliers a run with Doppler keeps (a row's bound: 10 s of
@@ -86,17 +88,18 @@ extension FilterCore {
     /// Not on the fixes the implied-speed gate refuses (a reflection some
     /// 300 m or more off): dead reckoning there cost the default and white
     /// noise 1–2 % of RMSE, where at 1 Hz with Doppler nothing may get worse.
-    /// A burst that begins with them is ridden out from its first fix this
-    /// gate refuses: counted from the fix before it, which is seconds away,
-    /// where the filter's last step may be further back (measured from
-    /// that, the phone's jumps through were 27 where now they are 11).
+    /// A burst that begins with them is ridden out from its first innovation
+    /// outlier: its reach counts from the outlier before, seconds away, where
+    /// the filter's last step may be further back (measured from that, the
+    /// phone's jumps through were 27 where now they are 11).
     func deadReckon(_ fix: FilterInput, _ prediction: Prediction, state: inout DeviceFilterState) {
         let run = state.kalman.outliers
-        // Seconds apart: from the filter's last step, or in a run of outliers from the one before.
-        let gapMs = run.count >= 2 ? fix.timeMs - run[run.count - 2].timeMs : Int64((prediction.dt * 1000).rounded())
-        guard var track = state.kalman.track, gapMs <= Self.deadReckoningMaxGapMs,
+        guard var track = state.kalman.track, let first = run.first else { return }
+        // Seconds apart: this fix from the outlier before it, or the first from the filter's last step.
+        let gapMs = run.count >= 2 ? fix.timeMs - run[run.count - 2].timeMs : fix.timeMs - track.timeMs
+        guard gapMs <= Self.deadReckoningMaxGapMs,
               prediction.mahalanobis > Self.deadReckoningGateFactor * profile.innovationGate,
-              let first = run.first, fix.timeMs - first.timeMs < Self.dopplerRecoveryMs, run.count < Self.dopplerRunLimit,
+              fix.timeMs - first.timeMs < Self.dopplerRecoveryMs, run.count < Self.dopplerRunLimit,
               let velocity = DopplerVelocity(fix) else { return }
         switch velocity {
         case .standing:
@@ -115,9 +118,11 @@ extension FilterCore {
         state.kalman.phase = .tracking(filter: track)
     }
 
-    /// Dead reckoning's reach: fixes at most this long after the filter's
-    /// last step, below the look-ahead's `lookAheadMinGapMs`, from which the
-    /// fix after a sparse one judges it.
+    /// Dead reckoning's reach: a fix at most this long after the outlier
+    /// before it (the first of a run, after the filter's last step); below
+    /// the look-ahead's `lookAheadMinGapMs`, from which the fix after a
+    /// sparse one judges it. A run that began long after the last step (out
+    /// of a tunnel) is reckoned from a wide prediction, and for 10 s at most.
     static let deadReckoningMaxGapMs: Int64 = 3_500
     /// How far beyond the innovation gate a fix must be for dead reckoning.
     /// A hundred seeds of the sweep's phone at 1 Hz, 1.5×: jumps through

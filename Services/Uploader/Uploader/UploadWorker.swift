@@ -73,7 +73,8 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         /// Points waiting: kept exact as they come and go, so it may dip below
         /// 0 for a moment (a pass can send a point before the host says it queued it).
         var waiting = 0
-        /// Points committed to the queue since start, to keep `waiting` true between passes.
+        /// Points noted since start and not in a count already, to keep
+        /// `waiting` true between passes.
         var noted = 0
         /// The highest row id the last count of the store took in, and the
         /// highest noted since start: a point noted at or below the first
@@ -249,8 +250,11 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
         let (config, authExpired) = try store.sync()
         // The caps hold with or without a config (its defaults until one comes).
         let caps = config ?? SyncConfig(url: "http://unset")
-        if clock.nowMs() >= nextCountMs { try count(store) }
-        // Points committed after this mark are not in what the caps start from: added on top.
+        // Counted again once a minute, and before the caps may drop for
+        // `maxRecordsToPersist`, which must not drop on a count kept in memory.
+        let full = state.withLock { $0.waiting } > caps.maxRecordsToPersist
+        if full || clock.nowMs() >= nextCountMs { try count(store) }
+        // Points noted after this mark are not in what the caps start from: added on top.
         let (mark, known) = state.withLock { ($0.noted, $0.waiting) }
         let (dropped, waiting) = try store.cap(maxRecords: caps.maxRecordsToPersist, maxAgeMs: Int64(caps.maxDaysToPersist * 86_400_000),
                                                nowMs: clock.nowMs(), known: known)
@@ -259,8 +263,12 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
                                 + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
         }
         let oldest = try store.oldestWaitingMs()
-        // None waiting in the store: only what was queued since the mark waits (exact: it ends any drift).
-        state.withLock { $0.waiting = (oldest == nil ? 0 : waiting) + ($0.noted - mark) }
+        if oldest == nil {
+            // None waiting in the store: counted (cheap when empty), which ends any drift.
+            try count(store)
+        } else {
+            state.withLock { $0.waiting = waiting + ($0.noted - mark) }
+        }
         // Health's `oldestQueuedAgeMs`: how far behind the customer's backend is (absent when nothing waits).
         counters.set("oldestQueuedAgeMs", oldest.map { max(0, clock.nowMs() - $0) })
         guard let config else { return (1_000, .notConfigured) }

@@ -42,9 +42,8 @@ final class UploaderStore {
 
     init(db: Database) { self.db = db }
 
-    /// Once per `(device, epoch, seq)`: a redelivered point is not queued
-    /// twice. Whether it was queued now.
-    /// Queues the point; its row id (ids only grow: AUTOINCREMENT), or nil
+    /// Queues the point once per `(device, epoch, seq)`: a redelivered point
+    /// is not queued twice. Its row id (ids only grow: AUTOINCREMENT), or nil
     /// when it was queued before.
     func enqueue(_ message: PointMessage, nowMs: Int64) throws -> Int64? {
         try db.run("""
@@ -121,9 +120,9 @@ final class UploaderStore {
 
     /// Holds the queue to its caps: at most `maxRecords` waiting, none queued
     /// more than `maxAgeMs` before `nowMs`. Returns how many were dropped, and
-    /// how many points wait afterwards: from `known`, the count the caller
-    /// keeps, and counted (a scan of the queue) before dropping for
-    /// `maxRecords`, which must not drop on a guess.
+    /// how many points wait afterwards, from `known`: the count the caller
+    /// keeps, which it counts in the store before it passes one above
+    /// `maxRecords` here (dropping must not go by a count kept in memory).
     func cap(maxRecords: Int, maxAgeMs: Int64, nowMs: Int64, known: Int) throws -> (dropped: Int, waiting: Int) {
         var dropped = 0
         var waiting = known
@@ -135,7 +134,6 @@ final class UploaderStore {
             dropped += db.changes
             if parked == 0 { waiting -= db.changes }
         }
-        if waiting > maxRecords { waiting = try self.waiting() }
         if waiting > maxRecords {
             try db.run("DELETE FROM queue WHERE id IN (SELECT id FROM queue WHERE parked = 0 ORDER BY id LIMIT ?)", .integer(Int64(waiting - maxRecords)))
             dropped += db.changes
@@ -143,8 +141,6 @@ final class UploaderStore {
         }
         return (dropped, waiting)
     }
-
-    func waiting() throws -> Int { try db.first("SELECT count(*) FROM queue WHERE parked = 0") { $0.int(0) } ?? 0 }
 
     /// The points waiting, and the highest row id ever queued, read together
     /// (one statement): every waiting row up to that id is in the count.
