@@ -42,6 +42,28 @@ public final class ChildProcess: @unchecked Sendable {
         self.pid = pid
     }
 
+    /// Whether this process holds a socket listening on TCP `port` (Linux:
+    /// a listener of `/proc/net/tcp` or `tcp6`, found among the process's
+    /// open files). A port another process listens on answers a connect too.
+    public func listens(onLoopbackPort port: Int32) -> Bool {
+        let portSuffix = String(format: ":%04X", port)
+        // Columns: sl, local_address, rem_address, st (0A: listening), …, inode (the tenth).
+        let inodes = Set(["/proc/net/tcp", "/proc/net/tcp6"].flatMap { path -> [String] in
+            guard let table = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
+            return table.split(separator: "\n").dropFirst().compactMap { line -> String? in
+                let columns = line.split(separator: " ", omittingEmptySubsequences: true)
+                guard columns.count > 9, columns[1].hasSuffix(portSuffix), columns[3] == "0A" else { return nil }
+                return String(columns[9])
+            }
+        })
+        guard !inodes.isEmpty, let files = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") else { return false }
+        return files.contains { file in
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(file)"),
+                  target.hasPrefix("socket:[") else { return false }
+            return inodes.contains(String(target.dropFirst("socket:[".count).dropLast()))
+        }
+    }
+
     public func kill(_ signal: Int32) {
         lock.withLock { if status == nil { _ = Glibc.kill(pid, signal) } }
     }

@@ -125,10 +125,11 @@ public final class TestBroker: @unchecked Sendable {
                 .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
             let child = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                          logFile: directory.appendingPathComponent("mosquitto.log").path)
-            // Every listener answers, and it is this mosquitto that answers: one that
-            // could not bind a port has exited, whoever else listens there.
-            if waitForPort(port, timeout: 5), operatorPort.map({ waitForPort($0, timeout: 5) }) ?? true,
-               webPort.map({ waitForPort($0, timeout: 5) }) ?? true, gatePort.map({ waitForPort($0, timeout: 5) }) ?? true,
+            // Every listener answers, and it is this mosquitto that holds it: one
+            // that could not bind a port (another suite drew it too) exits a moment
+            // later, and the port answers for whoever else listens there.
+            let ports = [port] + [operatorPort, webPort, gatePort].compactMap { $0 }
+            if ports.allSatisfy({ waitForPort($0, timeout: 5) }), ports.allSatisfy(child.listens(onLoopbackPort:)),
                child.wait(timeout: 0) == nil {
                 self.port = port
                 self.webPort = webPort
