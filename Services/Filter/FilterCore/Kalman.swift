@@ -63,8 +63,8 @@ extension FilterCore {
     /// burst (seconds; 3–8 s in the sweep's phone).
     static let recoveryMs: Int64 = 6_000
     static let dopplerRecoveryMs: Int64 = 10_000
-    /// The most outliers a run with Doppler keeps (a row's bound: 10 s of
-    /// fixes from a device reporting up to 12 times a second).
+    /// The most outliers a run keeps (a bound on the device's row): 10 s of
+    /// them from a device reporting up to 12 times a second.
     static let dopplerRunLimit = 128
 
     /// A fix the filter will not take, far off its prediction: a multipath
