@@ -45,7 +45,7 @@ public final class ChildProcess: @unchecked Sendable {
     /// Whether this process holds a socket listening on TCP `port` (Linux:
     /// a listener of `/proc/net/tcp` or `tcp6`, found among the process's
     /// open files). A port another process listens on answers a connect too.
-    public func listens(onLoopbackPort port: Int32) -> Bool {
+    public func listens(onPort port: Int32) -> Bool {
         let portSuffix = String(format: ":%04X", port)
         // Columns: sl, local_address, rem_address, st (0A: listening), …, inode (the tenth).
         let inodes = Set(["/proc/net/tcp", "/proc/net/tcp6"].flatMap { path -> [String] in

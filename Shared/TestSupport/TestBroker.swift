@@ -129,7 +129,7 @@ public final class TestBroker: @unchecked Sendable {
             // that could not bind a port (another suite drew it too) exits a moment
             // later, and the port answers for whoever else listens there.
             let ports = [port] + [operatorPort, webPort, gatePort].compactMap { $0 }
-            if ports.allSatisfy({ waitForPort($0, timeout: 5) }), ports.allSatisfy(child.listens(onLoopbackPort:)),
+            if ports.allSatisfy({ waitForPort($0, timeout: 5) }), ports.allSatisfy(child.listens(onPort:)),
                child.wait(timeout: 0) == nil {
                 self.port = port
                 self.webPort = webPort
@@ -172,7 +172,9 @@ public final class TestBroker: @unchecked Sendable {
     public func start() throws {
         process = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                    logFile: directory.appendingPathComponent("mosquitto.log").path)
-        guard waitForPort(port, timeout: 5) else { throw TestSupportError("mosquitto did not come back on port \(port)") }
+        guard waitForPort(port, timeout: 5), process.listens(onPort: port) else {
+            throw TestSupportError("mosquitto did not come back on port \(port)")
+        }
     }
 
     deinit {
@@ -219,36 +221,60 @@ public func freeListenerPort() throws -> Int32 {
     try freePortBlock(offsets: [0])
 }
 
+/// A TCP socket on 127.0.0.1, closed with this object: binding, listening
+/// and connecting, each on one port.
+public final class LoopbackSocket {
+    private let fd: Int32
+
+    public init?() {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return nil }
+    }
+
+    deinit { close(fd) }
+
+    /// Binds to `port` (0: any); the port it got.
+    public func bind(_ port: Int32) -> Int32? {
+        var address = Self.address(port)
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
+        }
+        return bound ? Int32(UInt16(bigEndian: address.sin_port)) : nil
+    }
+
+    /// Binds to `port` and listens there.
+    public func listen(on port: Int32) -> Bool {
+        bind(port) != nil && Glibc.listen(fd, 1) == 0
+    }
+
+    /// Connects to `port`.
+    public func connect(_ port: Int32) -> Bool {
+        var address = Self.address(port)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
+    }
+
+    private static func address(_ port: Int32) -> sockaddr_in {
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(port).bigEndian
+        return address
+    }
+}
+
 /// Binds a loopback socket to `port` (0: any), returns the port it got, and closes it.
 private func bindableLoopbackPort(_ port: Int32) -> Int32? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = UInt16(port).bigEndian
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) == 0 && getsockname(fd, $0, &len) == 0 }
-    }
-    return bound ? Int32(UInt16(bigEndian: addr.sin_port)) : nil
+    LoopbackSocket()?.bind(port)
 }
 
 /// Polls a TCP connect until it succeeds or the timeout passes.
 public func waitForPort(_ port: Int32, timeout: Double) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = UInt16(port).bigEndian
-        let ok = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        }
-        close(fd)
-        if ok { return true }
+        if LoopbackSocket()?.connect(port) == true { return true }
         usleep(20_000)
     }
     return false
