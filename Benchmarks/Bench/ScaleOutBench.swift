@@ -64,15 +64,20 @@ enum ScaleOutBench {
         for name in setup.instances { try fleet.startAll(name) }
         let health = try await MessageCollector(port: fleet.broker.port, filters: ["tracker/_health/#"])
         defer { Task { await health.close() } }
-        // Every service online, and partitioned ones sharing every partition.
-        try await health.waitForNewestHealth(timeout: 60, description: "every instance online") { newest in
+        // Every service online, and partitioned ones sharing every partition
+        // evenly: until then partitions move, and a handover within the
+        // measured run would be timed as throughput.
+        try await health.waitForNewestHealth(timeout: 60, description: "every instance online, the partitions shared evenly") { newest in
             let online = newest.values.filter { $0.status == .online }
             return ScaledConstellation.services.allSatisfy { service in
                 let mine = online.filter { $0.service == service }
                 guard mine.count == setup.instances.count else { return false }
-                // Partitioned: every partition run, and the ingress (a command sent before its session subscribed is not kept).
-                return setup.partitions == 1
-                    || (Set(mine.flatMap { $0.partitions ?? [] }).count == setup.partitions && mine.contains { $0.ingress == true })
+                guard setup.partitions > 1 else { return true }
+                // Every partition run, and the ingress (a command sent before its session subscribed is not kept).
+                guard Set(mine.flatMap { $0.partitions ?? [] }).count == setup.partitions, mine.contains(where: { $0.ingress == true }) else { return false }
+                // Each instance its share of the slots (the partitions and the ingress).
+                let share = (setup.partitions + 1) / mine.count
+                return mine.allSatisfy { ($0.partitions ?? []).count + ($0.ingress == true ? 1 : 0) >= share }
             }
         }
         let client = try await fleet.client()
