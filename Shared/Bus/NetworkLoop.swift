@@ -9,9 +9,9 @@ import Glibc
 /// Drives one libmosquitto client on a thread of its own, instead of
 /// `mosquitto_loop_start`, for one reason: a hook between reading and writing.
 ///
-/// `mosquitto_loop_read` handles every packet already waiting (up to the
-/// number of QoS messages in flight) before `mosquitto_loop_write` sends any
-/// PUBACK. Calling `beforeAcknowledging` in between lets a service commit a
+/// The loop reads every packet already waiting (up to the number of QoS
+/// messages in flight) before `mosquitto_loop_write` sends any PUBACK.
+/// Calling `beforeAcknowledging` in between lets a service commit a
 /// whole batch of messages in one transaction and still never acknowledge a
 /// message it has not stored. Under load the batches grow by themselves; when
 /// idle each message is its own batch.
@@ -269,17 +269,13 @@ final class NetworkLoop: @unchecked Sendable {
             pollFailures = 0
             if fds[1].revents != 0 { drainWakePipe() }
             if fds[0].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 {
-                // Woken by the first message of a burst: let the threads
-                // producing the rest run first. With more threads than
-                // cores (partitions, instances) a thread woke for a few
-                // messages and committed each few apart; yielding once, it
-                // reads the burst as one batch. On an idle core it returns
-                // at once. Two cores, `tracker-bench scale-out` over 4
-                // partitions: two instances reach 1.00 of one (median of
-                // five rounds; 0.80 without), a fix costing 284–356 µs of
-                // CPU (415–523); p99 to the `location` event at 1,000
-                // fixes/s over 10,000 devices 9.1 ms (9.7).
-                sched_yield()
+                // Woken by input: let the threads producing the rest of a
+                // burst run first (on an idle core this returns at once).
+                // Where threads outnumber cores (partitions, instances) the
+                // thread then reads the burst as one batch instead of
+                // committing every few messages apart; see
+                // docs/benchmarks/2026-12-06-yield.md.
+                if fds[0].revents & Int16(POLLIN) != 0 { sched_yield() }
                 // libmosquitto 2.0 reads about one packet per call here: keep
                 // reading while more is waiting, so a burst becomes one batch.
                 var reads = 0
