@@ -75,9 +75,11 @@ enum ScaleOutBench {
                 guard setup.partitions > 1 else { return true }
                 // Every partition run, and the ingress (a command sent before its session subscribed is not kept).
                 guard Set(mine.flatMap { $0.partitions ?? [] }).count == setup.partitions, mine.contains(where: { $0.ingress == true }) else { return false }
-                // Each instance its share of the slots (the partitions and the ingress).
+                // Each instance its share of the slots (the partitions and the
+                // ingress), as `PartitionBoard.assign` deals them, and each slot run once.
+                let slots = mine.map { ($0.partitions ?? []).count + ($0.ingress == true ? 1 : 0) }
                 let share = (setup.partitions + 1) / mine.count
-                return mine.allSatisfy { ($0.partitions ?? []).count + ($0.ingress == true ? 1 : 0) >= share }
+                return slots.reduce(0, +) == setup.partitions + 1 && slots.allSatisfy { (share...share + 1).contains($0) }
             }
         }
         let client = try await fleet.client()
