@@ -42,26 +42,29 @@ public final class ChildProcess: @unchecked Sendable {
         self.pid = pid
     }
 
-    /// Whether this process holds a socket listening on TCP `port` (Linux:
-    /// a listener of `/proc/net/tcp` or `tcp6`, found among the process's
-    /// open files). A port another process listens on answers a connect too.
-    public func listens(onPort port: Int32) -> Bool {
-        let portSuffix = String(format: ":%04X", port)
+    /// Whether this process holds a socket listening on each TCP port of
+    /// `ports` (Linux: a listener of `/proc/net/tcp` or `tcp6`, found among
+    /// the process's open files). A port another process listens on answers
+    /// a connect too.
+    public func listens(on ports: [Int32]) -> Bool {
+        let suffixes = Dictionary(ports.map { (String(format: ":%04X", $0), $0) }, uniquingKeysWith: { first, _ in first })
         // Columns: sl, local_address, rem_address, st (0A: listening), …, inode (the tenth).
-        let inodes = Set(["/proc/net/tcp", "/proc/net/tcp6"].flatMap { path -> [String] in
-            guard let table = try? String(contentsOfFile: path, encoding: .utf8) else { return [] }
-            return table.split(separator: "\n").dropFirst().compactMap { line -> String? in
+        var listeners: [String: Int32] = [:]  // socket inode → port
+        for path in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let table = try? String(contentsOfFile: path, encoding: .utf8) else { continue }
+            for line in table.split(separator: "\n").dropFirst() {
                 let columns = line.split(separator: " ", omittingEmptySubsequences: true)
-                guard columns.count > 9, columns[1].hasSuffix(portSuffix), columns[3] == "0A" else { return nil }
-                return String(columns[9])
+                guard columns.count > 9, columns[3] == "0A", let port = suffixes[String(columns[1].suffix(5))] else { continue }
+                listeners[String(columns[9])] = port
             }
-        })
-        guard !inodes.isEmpty, let files = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") else { return false }
-        return files.contains { file in
-            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(file)"),
-                  target.hasPrefix("socket:[") else { return false }
-            return inodes.contains(String(target.dropFirst("socket:[".count).dropLast()))
         }
+        guard let files = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/fd") else { return false }
+        let held = Set(files.compactMap { file -> Int32? in
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/fd/\(file)"),
+                  target.hasPrefix("socket:[") else { return nil }
+            return listeners[String(target.dropFirst("socket:[".count).dropLast())]
+        })
+        return Set(ports).isSubset(of: held)
     }
 
     public func kill(_ signal: Int32) {

@@ -129,7 +129,7 @@ public final class TestBroker: @unchecked Sendable {
             // that could not bind a port (another suite drew it too) exits a moment
             // later, and the port answers for whoever else listens there.
             let ports = [port] + [operatorPort, webPort, gatePort].compactMap { $0 }
-            if ports.allSatisfy({ waitForPort($0, timeout: 5) }), ports.allSatisfy(child.listens(onPort:)),
+            if ports.allSatisfy({ waitForPort($0, timeout: 5) }), child.listens(on: ports),
                child.wait(timeout: 0) == nil {
                 self.port = port
                 self.webPort = webPort
@@ -172,7 +172,7 @@ public final class TestBroker: @unchecked Sendable {
     public func start() throws {
         process = try ChildProcess(executable: executable, arguments: ["-c", config.path],
                                    logFile: directory.appendingPathComponent("mosquitto.log").path)
-        guard waitForPort(port, timeout: 5), process.listens(onPort: port) else {
+        guard waitForPort(port, timeout: 5), process.listens(on: [port]) else {
             throw TestSupportError("mosquitto did not come back on port \(port)")
         }
     }
@@ -254,6 +254,21 @@ public final class LoopbackSocket {
         return withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
         }
+    }
+
+    /// Sends `text`; whether all of it went.
+    public func send(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        return Glibc.send(fd, bytes, bytes.count, 0) == bytes.count
+    }
+
+    /// Reads what comes within `timeout` seconds: the bytes read, 0 when the
+    /// peer closed, -1 when nothing came (or on an error).
+    public func receive(timeout: Int) -> Int {
+        var limit = timeval(tv_sec: timeout, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, socklen_t(MemoryLayout<timeval>.size))
+        var buffer = [UInt8](repeating: 0, count: 512)
+        return recv(fd, &buffer, buffer.count, 0)
     }
 
     private static func address(_ port: Int32) -> sockaddr_in {

@@ -282,22 +282,13 @@ extension HeavySuites {
             let unknownParameter = try run.curl(run.user("devB") + ["\(run.base)/api/v1/devices/devB/trips?evil=1"])
             #expect(unknownParameter.status == 400, "\(unknownParameter)")
             // A client that never finishes its request is closed after requestTimeoutSec; others are served meanwhile.
-            let port = UInt16(run.base.split(separator: ":").last!)!
-            let slow = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var address = sockaddr_in()
-            address.sin_family = sa_family_t(AF_INET)
-            address.sin_port = port.bigEndian
-            address.sin_addr.s_addr = inet_addr("127.0.0.1")
-            let connected = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(slow, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-            #expect(connected == 0)
-            _ = "GET /api/v1/devices HTTP/1.1\r\nHost: x\r\n".withCString { send(slow, $0, strlen($0), 0) }
+            let port = Int32(run.base.split(separator: ":").last!)!
+            let slow = try #require(LoopbackSocket())
+            #expect(slow.connect(port))
+            _ = slow.send("GET /api/v1/devices HTTP/1.1\r\nHost: x\r\n")
             #expect(try run.curl(run.user("devB") + ["\(run.base)/health"]).status == 200)
-            var timeout = timeval(tv_sec: 10, tv_usec: 0)
-            setsockopt(slow, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-            var buffer = [UInt8](repeating: 0, count: 512)
             let start = ContinuousClock.now
-            let read = recv(slow, &buffer, buffer.count, 0)  // 0: the server closed it (a 408 first is fine too)
-            close(slow)
+            let read = slow.receive(timeout: 10)  // 0: the server closed it (a 408 first is fine too)
             #expect(read >= 0 && ContinuousClock.now - start < .seconds(8), "read \(read) after \(ContinuousClock.now - start)")
         }
 

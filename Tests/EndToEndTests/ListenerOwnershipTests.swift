@@ -13,13 +13,13 @@ import Testing
         let server = try ChildProcess(executable: "python3", arguments: ["-m", "http.server", "\(port)", "--bind", "127.0.0.1"], logFile: log)
         defer { server.kill(SIGKILL); _ = server.wait(timeout: 5); try? FileManager.default.removeItem(atPath: log) }
         #expect(waitForPort(port, timeout: 10))
-        #expect(server.listens(onPort: port))
+        #expect(server.listens(on: [port]))
 
         // A port this test listens on: it answers, but not for the server.
         let other = try freeListenerPort()
         let listener = try #require(LoopbackSocket())
         #expect(listener.listen(on: other))
         #expect(waitForPort(other, timeout: 1))
-        #expect(!server.listens(onPort: other))
+        #expect(!server.listens(on: [other]))
     }
 }
