@@ -232,6 +232,48 @@ import Testing
         #expect(all.filter { $0.fix.seq != 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    /// North at 12 m/s with Doppler, a fix a second, 10 m accuracy; 90 s
+    /// dark (a tunnel); then a fix a second again. `offsets`: how far east
+    /// each fix out of the tunnel lands (a reflection), by its index there.
+    func outOfATunnel(offsets: [Int: Double]) -> [FilterInput] {
+        func fix(_ seq: Int64, t: Double, x: Double) -> FilterInput {
+            var fix = self.fix(seq, t: t, x: x, y: t * 12, east: 0, north: 12)
+            fix.accuracyM = 10
+            return fix
+        }
+        let before = (0..<20).map { fix(Int64($0 + 1), t: Double($0), x: 0) }
+        let after = (0..<20).map { fix(Int64(21 + $0), t: 19 + 90 + Double($0), x: offsets[$0] ?? 0) }
+        return before + after
+    }
+
+    @Test func aReflectionAsTheFirstFixOutOfATunnelIsRejected() {
+        // Judged against a prediction 90 s wide, the reflection was taken,
+        // and the true fixes after it thrown away as too fast for seconds.
+        // Held, it is the odd one out once those after it agree for as long as a burst lasts.
+        let fixes = outOfATunnel(offsets: [0: 350])
+        let alone = FilterCore.named(lookAheadMs: 0)
+        #expect(run(fixes, core: alone).all.first { $0.fix.seq == 21 }?.verdict.point != nil, "the filter's own gates take the reflection")
+        let (due, all) = run(fixes)
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.decision.reason == "isolated_jump")
+        #expect(all.filter { $0.fix.seq != 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+        // Held until the fixes after it had agreed for the burst window (8 s), not longer.
+        #expect(due[20].isEmpty)
+        #expect(due[27].isEmpty && due[28].map(\.fix.seq).first == 21, "\(due.map { $0.map(\.fix.seq) })")
+    }
+
+    @Test func aTrueFirstFixOutOfATunnelIsTakenAtTheNextFixEvenBeforeABurst() {
+        // The first fix out is true; the next two are one reflection, 350 m east.
+        let (due, all) = run(outOfATunnel(offsets: [1: 350, 2: 352]))
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.point != nil)
+        #expect(all.filter { $0.fix.seq == 22 || $0.fix.seq == 23 }.allSatisfy { $0.verdict.point == nil })
+        #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.point != nil || $0.verdict.rejection?.isOutlier != true })
+        // A true fix out of the tunnel is decided by the first of the fixes after it that can follow it.
+        let plain = run(outOfATunnel(offsets: [:])).due
+        #expect(plain[20].isEmpty && plain[21].map(\.fix.seq) == [21, 22], "\(plain.map { $0.map(\.fix.seq) })")
+        #expect(due[20].isEmpty)
+    }
+
     @Test func theLastFixBeforeSilenceIsJudgedAgainstTheWayBefore() {
         // North at 12 m/s without Doppler, a fix every 15 s; the last before the
         // device falls silent lands 300 m east. No fix after it to tell, it was

@@ -28,6 +28,14 @@ enum DopplerVelocity {
         }
     }
 
+    /// The velocity (m/s per axis): none standing.
+    var vector: (east: Double, north: Double) {
+        switch self {
+        case .standing: (0, 0)
+        case let .moving(east, north, _): (east, north)
+        }
+    }
+
     /// The velocity into the axes, as a measurement.
     func update(_ east: inout AxisFilter, _ north: inout AxisFilter) {
         switch self {

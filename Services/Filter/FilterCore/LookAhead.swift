@@ -38,6 +38,9 @@ extension FilterCore {
     static let burstFixes = 10
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
+    /// A device seconds apart whose fix comes this long after the one before
+    /// it (out of a tunnel) starts its track again on it: see `restartsTrack`.
+    static let restartGapMs: Int64 = 10_000
     /// A fix's log-likelihood in the jump story: a prior of `jumpPrior`, anywhere within `jumpRadiusM`.
     static var jumpStory: Double { log(jumpPrior) - log(.pi * jumpRadiusM * jumpRadiusM) }
     /// The stories are told with a steady vehicle's process noise, this many
@@ -118,6 +121,10 @@ extension FilterCore {
     /// Judges the oldest held fix with the fixes after it, or nil while it
     /// may wait for more (never once the device fell `silent`).
     private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, state: inout DeviceFilterState) -> Verdict? {
+        if restartsTrack(held, state: state) {
+            let waited = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
+            return resolveRestart(held, later: later, final: silent || waited, state: &state)
+        }
         let dense = later[0].timeMs - held.timeMs < Self.lookAheadMinGapMs
         if dense, held.speedMps == nil, state.kalman.outliers.count >= 2 {
             // The filter has just rejected fixes in a row, and its gate, grown
@@ -145,7 +152,8 @@ extension FilterCore {
     private func judgeLast(_ held: FilterInput, state: inout DeviceFilterState) -> Verdict {
         var through = state
         let verdict = assess(held, state: &through, alone: true)
-        guard verdict.taken, held.speedMps == nil,
+        // A restarting fix alone: the track before the gap is too old to call it a jump.
+        guard verdict.taken, held.speedMps == nil, !restartsTrack(held, state: state),
               let jump = jumpProbability(held, later: [], state: state, alone: true), jump > 0.5 else {
             state = through
             return verdict
@@ -197,6 +205,10 @@ extension FilterCore {
         // taken), nor a fix with Doppler, whose velocity the gate already
         // knows (held, forty seeds every 15 s lost 0.2 % of the odometer).
         guard let track = state.kalman.track else { return false }
+        if restartsTrack(fix, state: state) {
+            var trial = state
+            return state.stop.externalMotion != .stationary && assess(fix, state: &trial).taken
+        }
         let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
         let reportsInTime = interval <= profile.lookAheadMs
             || (fix.speedMps == nil && state.ordering.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
@@ -271,6 +283,78 @@ extension FilterCore {
         }
         state = skipping(held, state)
         return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
+    }
+
+    /// Whether `fix` starts a dense device's track again: it reports seconds
+    /// apart with Doppler, and `fix` comes `restartGapMs` or more after the
+    /// fix before it (out of a tunnel). Judged against a prediction as
+    /// wide as the gap, a reflection there is taken, and the true fixes after
+    /// it are thrown away as too fast until they have agreed for a
+    /// recovery's length (a hundred seeds at 1 Hz with Doppler: 7 of 8 jumps
+    /// through were the first fix out of the tunnel, each with 4–10 clean
+    /// fixes lost after it). So it waits for the fixes after it
+    /// (`resolveRestart`). Without Doppler, positions alone cannot tell a
+    /// jump from a drive over the seconds a burst lasts.
+    func restartsTrack(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
+        guard profile.lookAhead, fix.speedMps != nil, state.kalman.track != nil, let newest = state.ordering.newestMs,
+              let interval = state.ordering.reportIntervalMs else { return false }
+        return interval < Self.lookAheadMinGapMs && fix.timeMs - newest >= Self.restartGapMs
+    }
+
+    /// A restarting fix (`restartsTrack`) judged with the fixes after it,
+    /// which know where the device is better than the track before the gap:
+    /// taken as soon as one of them could have followed it (`couldFollow`);
+    /// a jump once those after it agree with each other, not with it, for
+    /// as long as a multipath burst lasts (`burstWindowMs`; shorter, a burst
+    /// right after a true fix out of the tunnel was taken for the track and
+    /// the fix for the jump). Nil while they leave it open and it may wait
+    /// (`final` false).
+    func resolveRestart(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
+        var through = state
+        let verdict = assess(held, state: &through)
+        guard verdict.taken, let frame = state.kalman.frame else {
+            state = through
+            return verdict
+        }
+        let limit = maxSpeed(state)
+        var agreeing: [FilterInput] = []
+        for next in later where next.timeMs > (agreeing.last ?? held).timeMs {
+            if Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit) {
+                state = through
+                return verdict
+            }
+            // One off both it and those that agree is another reflection: it says nothing of the held fix.
+            guard agreeing.last.map({ Self.couldFollow($0, with: next, frame: frame, maxSpeed: limit) }) ?? true else { continue }
+            agreeing.append(next)
+            guard next.timeMs - held.timeMs >= Self.burstWindowMs else { continue }
+            state = skipping(held, state)
+            let (x, y) = frame.toLocal(lat: held.latitude, lon: held.longitude)
+            let (ax, ay) = frame.toLocal(lat: agreeing[0].latitude, lon: agreeing[0].longitude)
+            // The decision log's measured: the held fix's distance from the first of those that agree (m).
+            return reject(held, .isolatedJump, state: state, measured: hypot(x - ax, y - ay), limit: nil)
+        }
+        if !final { return nil }
+        state = through
+        return verdict
+    }
+
+    /// Whether a device at `a` could be at `b` by `b`'s time. With a Doppler
+    /// velocity at both (a reflection moves the position, not the velocity):
+    /// within twice both accuracies of where the mean of the two velocities
+    /// takes it (a fix's error is often beyond its accuracy, and two fixes'
+    /// add up), allowing for 1 m/s² of change and each course's error. Otherwise at
+    /// no more than `maxSpeed`, both accuracies allowed for (as a recovery's
+    /// run must agree, `recover`).
+    static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
+        let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
+        let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
+        let accuracies = Accuracy.meters(a.accuracyM) + Accuracy.meters(b.accuracyM)
+        guard let va = DopplerVelocity(a)?.vector, let vb = DopplerVelocity(b)?.vector else {
+            return max(0, hypot(bx - ax, by - ay) - accuracies) / dt <= maxSpeed
+        }
+        let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
+        let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
+        return hypot(bx - ex, by - ey) <= 2 * accuracies + dt * dt / 2 + courseError
     }
 
     /// The state with `held` judged a jump: its time and place noted (for
