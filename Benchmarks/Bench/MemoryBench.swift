@@ -7,6 +7,7 @@ import TestSupport
 /// the gateway and the filter, then each service's memory (resident now and
 /// its peak) and its files on disk. Services keep per-device state bounded by
 /// `deviceCacheCapacity`; this shows what that means for a large fleet.
+/// `MEMORY_WARMUP=K` first has every device send K fixes, unmeasured.
 enum MemoryBench {
     /// Fixes the publisher keeps unacknowledged (MEMORY_WINDOW): a fleet at full speed, or a gentler one.
     static let window = ProcessInfo.processInfo.environment["MEMORY_WINDOW"].flatMap(Int.init) ?? 5_000
@@ -25,15 +26,29 @@ enum MemoryBench {
         let services = try await GatewayAndFilter.start(gateway: config, filter: config)
         defer { services.stop() }
         let publisher = try await TestClient.connect(port: services.broker.port)
-        let start = ContinuousClock.now
-        for i in 0..<count {
-            // Round robin: every device speaks once per round, as a fleet does.
-            let device = i % devices, round = i / devices
-            let fix = #"{"t":\#(1_793_197_938 + round),"lat":\#(48.1 + Double(device % 1000) * 1e-3 + Double(round) * 1e-5),"lon":\#(11.5 + Double(device / 1000) * 1e-3),"acc":8,"speed":1.2,"course":90}"#
-            try await publisher.publish(inFlightBelow: Self.window, MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
+        // Round robin: every device speaks once per round, as a fleet does.
+        func send(_ fixes: Range<Int>, fromRound first: Int) async throws {
+            for i in fixes {
+                let device = i % devices, round = first + i / devices
+                let fix = #"{"t":\#(1_793_197_938 + round),"lat":\#(48.1 + Double(device % 1000) * 1e-3 + Double(round) * 1e-5),"lon":\#(11.5 + Double(device / 1000) * 1e-3),"acc":8,"speed":1.2,"course":90}"#
+                try await publisher.publish(inFlightBelow: Self.window, MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
+            }
+            await publisher.drain(timeout: .seconds(600))
         }
-        await publisher.drain(timeout: .seconds(600))
-        try await services.waitJudged(Int64(count))
+        // MEMORY_WARMUP=K: every device sends K fixes first, unmeasured: a fleet the
+        // services know already, not one whose every device is new to their stores.
+        let warmup = try environmentNumber("MEMORY_WARMUP") ?? 0
+        if warmup > 0 {
+            let start = ContinuousClock.now
+            try await send(0..<(warmup * devices), fromRound: 0)
+            try await services.waitJudged(Int64(warmup * devices))
+            let seconds = (ContinuousClock.now - start).seconds
+            print(String(format: "warm-up: %d fixes from each of %d devices in %.1f s (%.0f fixes/s), unmeasured", warmup, devices, seconds,
+                         Double(warmup * devices) / seconds))
+        }
+        let start = ContinuousClock.now
+        try await send(0..<count, fromRound: warmup)
+        try await services.waitJudged(Int64(warmup * devices + count))
         let seconds = (ContinuousClock.now - start).seconds
         print(String(format: "%d fixes over %d devices through gateway and filter in %.1f s (%.0f fixes/s)", count, devices, seconds, Double(count) / seconds))
         // How many messages each commit carried: what a device's row write is spread over.
