@@ -262,16 +262,43 @@ import Testing
         #expect(due[27].isEmpty && due[28].map(\.fix.seq).first == 21, "\(due.map { $0.map(\.fix.seq) })")
     }
 
-    @Test func aTrueFirstFixOutOfATunnelIsTakenAtTheNextFixEvenBeforeABurst() {
-        // The first fix out is true; the next two are one reflection, 350 m east.
-        let (due, all) = run(outOfATunnel(offsets: [1: 350, 2: 352]))
+    @Test func aBurstOfTwoReflectionsOutOfATunnelIsRejected() {
+        // The first two fixes out land 350 m east: the second could have
+        // followed the first, the true fixes after them could not.
+        let all = run(outOfATunnel(offsets: [0: 350, 1: 352])).all
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.filter { $0.fix.seq == 21 || $0.fix.seq == 22 }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func aSecondReflectionDoesNotHideTheTrackFromTheFirst() {
+        // The first fix out lands 350 m east, the next 300 m west: a group
+        // of its own, which the true fixes after it do not join.
+        let all = run(outOfATunnel(offsets: [0: 350, 1: -300])).all
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.first { $0.fix.seq == 22 }?.verdict.point == nil)
+        #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func theFirstFixOutOfATunnelAloneBeforeSilenceIsTaken() {
+        // Nothing after it: the track before the tunnel is too old to call it a jump.
+        let fixes = Array(outOfATunnel(offsets: [0: 350]).prefix(21))
+        let (due, all) = run(fixes)
+        #expect(due[20].isEmpty, "held for the fixes after it")
+        #expect(due.last!.map(\.fix.seq) == [21])
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.point != nil)
+    }
+
+    @Test func aTrueFirstFixOutOfATunnelIsTakenOnceTwoFixesFollowIt() {
+        // Two true fixes after it: decided with the second, two seconds late.
+        let plain = run(outOfATunnel(offsets: [:])).due
+        #expect(plain[20].isEmpty && plain[21].isEmpty && plain[22].map(\.fix.seq) == [21, 22, 23], "\(plain.map { $0.map(\.fix.seq) })")
+        #expect(plain.flatMap { $0 }.allSatisfy { $0.verdict.point != nil || $0.verdict.rejection?.isOutlier != true })
+        // The next two are one reflection, 350 m east: it is taken with the true fixes after them.
+        let all = run(outOfATunnel(offsets: [1: 350, 2: 352])).all
         #expect(all.first { $0.fix.seq == 21 }?.verdict.point != nil)
         #expect(all.filter { $0.fix.seq == 22 || $0.fix.seq == 23 }.allSatisfy { $0.verdict.point == nil })
-        #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.point != nil || $0.verdict.rejection?.isOutlier != true })
-        // A true fix out of the tunnel is decided by the first of the fixes after it that can follow it.
-        let plain = run(outOfATunnel(offsets: [:])).due
-        #expect(plain[20].isEmpty && plain[21].map(\.fix.seq) == [21, 22], "\(plain.map { $0.map(\.fix.seq) })")
-        #expect(due[20].isEmpty)
+        #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
     @Test func theLastFixBeforeSilenceIsJudgedAgainstTheWayBefore() {

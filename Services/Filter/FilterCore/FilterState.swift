@@ -150,7 +150,7 @@ public struct StopState: Codable, Sendable, Equatable {
 
 /// The look-ahead's part (`LookAhead.swift`).
 public struct LookAheadState: Codable, Sendable, Equatable {
-    /// Sparse fixes held back until the next one tells a jump from a turn,
+    /// Fixes held back until the ones after them tell a jump from a turn,
     /// oldest first: the first is undecided, those after it came while it was.
     public var held: [FilterInput] = []
     /// The way as a steady vehicle would have driven it (see `SteadyTrack`).

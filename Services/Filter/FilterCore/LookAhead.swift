@@ -18,7 +18,8 @@ public struct Judged: Sendable, Equatable {
 /// with its own time. When the next fix leaves it open (the held fix off
 /// the bridge, but the next one off the old track too: a jump at either),
 /// the fix after settles it, up to `lookAheadFixes`. Fixes seconds apart
-/// (where the innovation gate already tells) are judged at once.
+/// (where the innovation gate already tells) are judged at once, but for the
+/// first out of a silence (`comesOutOfSilence`).
 extension FilterCore {
     /// Fixes closer together than this are judged at once: a second or two
     /// apart the innovation gate tells. Every 5 s without Doppler it does not
@@ -38,9 +39,11 @@ extension FilterCore {
     static let burstFixes = 10
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
-    /// A device seconds apart whose fix comes this long after the one before
-    /// it (out of a tunnel) starts its track again on it: see `restartsTrack`.
-    static let restartGapMs: Int64 = 10_000
+    /// A silence this long (a tunnel), from a device seconds apart: see `comesOutOfSilence`.
+    static let silenceMs: Int64 = 10_000
+    /// How many fixes after the first out of a silence must agree with each
+    /// other, and not with it, for as long as a burst lasts, to make it a jump.
+    static let agreeingAfterSilence = 3
     /// A fix's log-likelihood in the jump story: a prior of `jumpPrior`, anywhere within `jumpRadiusM`.
     static var jumpStory: Double { log(jumpPrior) - log(.pi * jumpRadiusM * jumpRadiusM) }
     /// The stories are told with a steady vehicle's process noise, this many
@@ -121,17 +124,22 @@ extension FilterCore {
     /// Judges the oldest held fix with the fixes after it, or nil while it
     /// may wait for more (never once the device fell `silent`).
     private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, state: inout DeviceFilterState) -> Verdict? {
-        if restartsTrack(held, state: state) {
-            let waited = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
-            return resolveRestart(held, later: later, final: silent || waited, state: &state)
+        // Waited a burst's length: up to `burstWindowMs` of fix time, or `burstFixes` fixes.
+        let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
+        if comesOutOfSilence(held, state: state) {
+            return resolveAfterSilence(held, later: later, final: silent || waitedBurst, state: &state)
         }
+        // A fix with Doppler that came while another was held is judged as
+        // it would have been on its own: at once, unless it would have waited
+        // itself (seconds behind the first out of a tunnel, the filter knows
+        // its velocity, and the stories of sparse fixes are not its own).
+        if held.speedMps != nil, !waitsForNext(held, state: state) { return assess(held, state: &state) }
         let dense = later[0].timeMs - held.timeMs < Self.lookAheadMinGapMs
         if dense, held.speedMps == nil, state.kalman.outliers.count >= 2 {
             // The filter has just rejected fixes in a row, and its gate, grown
             // with the time since, now takes one: the tail of a multipath
             // burst, or the device's new track. The old track coming back says which.
-            let waited = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
-            return resolveBurst(held, later: later, final: silent || waited, state: &state)
+            return resolveBurst(held, later: later, final: silent || waitedBurst, state: &state)
         }
         // A second fix is worth waiting for only from a sparse device (a
         // second or two on, the innovation gate tells) and without Doppler:
@@ -152,8 +160,7 @@ extension FilterCore {
     private func judgeLast(_ held: FilterInput, state: inout DeviceFilterState) -> Verdict {
         var through = state
         let verdict = assess(held, state: &through, alone: true)
-        // A restarting fix alone: the track before the gap is too old to call it a jump.
-        guard verdict.taken, held.speedMps == nil, !restartsTrack(held, state: state),
+        guard verdict.taken, held.speedMps == nil,
               let jump = jumpProbability(held, later: [], state: state, alone: true), jump > 0.5 else {
             state = through
             return verdict
@@ -204,17 +211,17 @@ extension FilterCore {
         // first clean fix out of the tunnel thrown away, the burst after it
         // taken), nor a fix with Doppler, whose velocity the gate already
         // knows (held, forty seeds every 15 s lost 0.2 % of the odometer).
-        guard let track = state.kalman.track else { return false }
-        if restartsTrack(fix, state: state) {
-            var trial = state
-            return state.stop.externalMotion != .stationary && assess(fix, state: &trial).taken
+        // Such a device's first fix out of a silence with Doppler waits by
+        // a rule of its own (`comesOutOfSilence`).
+        guard let track = state.kalman.track, state.stop.externalMotion != .stationary else { return false }
+        if !comesOutOfSilence(fix, state: state) {
+            let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
+            let reportsInTime = interval <= profile.lookAheadMs
+                || (fix.speedMps == nil && state.ordering.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
+            // Parked too: a sparse fix far from the stop departs at once, so a
+            // jump there would be a departure unless the next fix says otherwise.
+            guard gap >= Self.lookAheadMinGapMs, reportsInTime else { return false }
         }
-        let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
-        let reportsInTime = interval <= profile.lookAheadMs
-            || (fix.speedMps == nil && state.ordering.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
-        // Parked too: a sparse fix far from the stop departs at once, so a
-        // jump there would be a departure unless the next fix says otherwise.
-        guard state.stop.externalMotion != .stationary, gap >= Self.lookAheadMinGapMs, reportsInTime else { return false }
         var trial = state
         return assess(fix, state: &trial).taken
     }
@@ -285,31 +292,32 @@ extension FilterCore {
         return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
     }
 
-    /// Whether `fix` starts a dense device's track again: it reports seconds
-    /// apart with Doppler, and `fix` comes `restartGapMs` or more after the
-    /// fix before it (out of a tunnel). Judged against a prediction as
-    /// wide as the gap, a reflection there is taken, and the true fixes after
-    /// it are thrown away as too fast until they have agreed for a
-    /// recovery's length (a hundred seeds at 1 Hz with Doppler: 7 of 8 jumps
-    /// through were the first fix out of the tunnel, each with 4–10 clean
-    /// fixes lost after it). So it waits for the fixes after it
-    /// (`resolveRestart`). Without Doppler, positions alone cannot tell a
-    /// jump from a drive over the seconds a burst lasts.
-    func restartsTrack(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
-        guard profile.lookAhead, fix.speedMps != nil, state.kalman.track != nil, let newest = state.ordering.newestMs,
+    /// Whether `fix` is the first, with a Doppler velocity, after `silenceMs`
+    /// or more without a fix (a tunnel) from a device that reported seconds
+    /// apart before it. Judged against a prediction as wide as the silence, a
+    /// reflection there was taken, and the true fixes after it thrown away
+    /// as too fast until they had agreed for a recovery's length. So it waits
+    /// for the fixes after it (`resolveAfterSilence`). Without a Doppler
+    /// velocity, positions alone cannot tell a jump from a drive over the
+    /// seconds a burst lasts.
+    func comesOutOfSilence(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
+        guard profile.lookAhead, DopplerVelocity(fix) != nil, state.kalman.track != nil, let newest = state.ordering.newestMs,
               let interval = state.ordering.reportIntervalMs else { return false }
-        return interval < Self.lookAheadMinGapMs && fix.timeMs - newest >= Self.restartGapMs
+        return interval < Self.lookAheadMinGapMs && fix.timeMs - newest >= Self.silenceMs
     }
 
-    /// A restarting fix (`restartsTrack`) judged with the fixes after it,
-    /// which know where the device is better than the track before the gap:
-    /// taken as soon as one of them could have followed it (`couldFollow`);
-    /// a jump once those after it agree with each other, not with it, for
-    /// as long as a multipath burst lasts (`burstWindowMs`; shorter, a burst
-    /// right after a true fix out of the tunnel was taken for the track and
-    /// the fix for the jump). Nil while they leave it open and it may wait
-    /// (`final` false).
-    func resolveRestart(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
+    /// The first fix out of a silence (`comesOutOfSilence`), judged with the
+    /// fixes after it, which know where the device is better than the track
+    /// before the silence: taken once two of them could have followed it
+    /// (`couldFollow`; one is not enough where a burst of two reflections
+    /// leaves the tunnel); a jump once `agreeingAfterSilence` of them that
+    /// could each have followed the one before, and not it, reach a burst's
+    /// length after it (`burstWindowMs`; fewer, a burst right after a true fix was
+    /// taken for the track and the fix for the jump). A fix that fits neither
+    /// it nor a group of those after it starts a group of its own (a second
+    /// reflection must not hide the track). Nil while they leave it open and
+    /// it may wait (`final` false).
+    func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
         var through = state
         let verdict = assess(held, state: &through)
         guard verdict.taken, let frame = state.kalman.frame else {
@@ -317,21 +325,25 @@ extension FilterCore {
             return verdict
         }
         let limit = maxSpeed(state)
-        var agreeing: [FilterInput] = []
-        for next in later where next.timeMs > (agreeing.last ?? held).timeMs {
+        var groups: [[FilterInput]] = [], following = 0, newestMs = held.timeMs
+        for next in later where next.timeMs > newestMs {
+            newestMs = next.timeMs
             if Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit) {
+                following += 1
+                if following < 2 { continue }
                 state = through
                 return verdict
             }
-            // One off both it and those that agree is another reflection: it says nothing of the held fix.
-            guard agreeing.last.map({ Self.couldFollow($0, with: next, frame: frame, maxSpeed: limit) }) ?? true else { continue }
-            agreeing.append(next)
-            guard next.timeMs - held.timeMs >= Self.burstWindowMs else { continue }
+            guard let g = groups.firstIndex(where: { Self.couldFollow($0[$0.count - 1], with: next, frame: frame, maxSpeed: limit) }) else {
+                groups.append([next])
+                continue
+            }
+            groups[g].append(next)
+            let group = groups[g]
+            guard group.count >= Self.agreeingAfterSilence, next.timeMs - held.timeMs >= Self.burstWindowMs else { continue }
             state = skipping(held, state)
-            let (x, y) = frame.toLocal(lat: held.latitude, lon: held.longitude)
-            let (ax, ay) = frame.toLocal(lat: agreeing[0].latitude, lon: agreeing[0].longitude)
-            // The decision log's measured: the held fix's distance from the first of those that agree (m).
-            return reject(held, .isolatedJump, state: state, measured: hypot(x - ax, y - ay), limit: nil)
+            // The decision log's measured: the held fix's distance in σ (both fixes') from the first of the group.
+            return reject(held, .isolatedJump, state: state, measured: Self.distanceInSigma(held, group[0], frame: frame), limit: nil)
         }
         if !final { return nil }
         state = through
@@ -342,9 +354,9 @@ extension FilterCore {
     /// velocity at both (a reflection moves the position, not the velocity):
     /// within twice both accuracies of where the mean of the two velocities
     /// takes it (a fix's error is often beyond its accuracy, and two fixes'
-    /// add up), allowing for 1 m/s² of change and each course's error. Otherwise at
-    /// no more than `maxSpeed`, both accuracies allowed for (as a recovery's
-    /// run must agree, `recover`).
+    /// add up), allowing 1 m/s² of change and a course 3° off at the faster
+    /// speed. Otherwise at no more than `maxSpeed`, both accuracies allowed
+    /// for (as a recovery's run must agree, `recover`).
     static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
         let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
@@ -355,6 +367,13 @@ extension FilterCore {
         let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
         let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
         return hypot(bx - ex, by - ey) <= 2 * accuracies + dt * dt / 2 + courseError
+    }
+
+    /// Two fixes' distance in standard deviations of both.
+    static func distanceInSigma(_ a: FilterInput, _ b: FilterInput, frame: LocalFrame) -> Double {
+        let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
+        let (sa, sb) = (Accuracy.sigma(a.accuracyM), Accuracy.sigma(b.accuracyM))
+        return hypot(bx - ax, by - ay) / (sa * sa + sb * sb).squareRoot()
     }
 
     /// The state with `held` judged a jump: its time and place noted (for
