@@ -280,8 +280,18 @@ import Testing
         #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test func fixesTheGatesRefuseAreNoWitnessForAReflection() {
+        // After the reflection, two fixes with accuracies past the ceiling:
+        // twice both accuracies, they could follow anything.
+        var fixes = outOfATunnel(offsets: [0: 350])
+        for i in [21, 22] { fixes[i].accuracyM = 900 }
+        let all = run(fixes).all
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.rejection?.isOutlier != true })
+    }
+
     @Test func theFirstFixOutOfATunnelAloneBeforeSilenceIsTaken() {
-        // Nothing after it: the track before the tunnel is too old to call it a jump.
+        // Nothing after it to say otherwise: taken when the device falls silent (a fix with Doppler is never judged a jump alone).
         let fixes = Array(outOfATunnel(offsets: [0: 350]).prefix(21))
         let (due, all) = run(fixes)
         #expect(due[20].isEmpty, "held for the fixes after it")

@@ -68,7 +68,7 @@ extension FilterCore {
         held.append(fix)
         var assessed: [(FilterInput, Verdict)] = []
         while held.count > 1 {
-            guard let verdict = judgeHeld(held[0], later: Array(held.dropFirst()), silent: false, state: &state) else { break }
+            guard let verdict = judgeHeld(held[0], later: Array(held.dropFirst()), silent: false, queued: !assessed.isEmpty, state: &state) else { break }
             assessed.append((held.removeFirst(), verdict))
         }
         if held.count == 1 {
@@ -92,7 +92,7 @@ extension FilterCore {
         var assessed: [(FilterInput, Verdict)] = []
         while !held.isEmpty {
             let first = held.removeFirst()
-            if !held.isEmpty, let verdict = judgeHeld(first, later: held, silent: true, state: &state) {
+            if !held.isEmpty, let verdict = judgeHeld(first, later: held, silent: true, queued: !assessed.isEmpty, state: &state) {
                 assessed.append((first, verdict))
             } else {
                 assessed.append((first, judgeLast(first, state: &state)))
@@ -122,18 +122,20 @@ extension FilterCore {
     }
 
     /// Judges the oldest held fix with the fixes after it, or nil while it
-    /// may wait for more (never once the device fell `silent`).
-    private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, state: inout DeviceFilterState) -> Verdict? {
+    /// may wait for more (never once the device fell `silent`). `queued`: it
+    /// came while another was held, which was judged just now.
+    private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, queued: Bool,
+                           state: inout DeviceFilterState) -> Verdict? {
         // Waited a burst's length: up to `burstWindowMs` of fix time, or `burstFixes` fixes.
         let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
         if comesOutOfSilence(held, state: state) {
             return resolveAfterSilence(held, later: later, final: silent || waitedBurst, state: &state)
         }
-        // A fix with Doppler that came while another was held is judged as
-        // it would have been on its own: at once, unless it would have waited
-        // itself (seconds behind the first out of a tunnel, the filter knows
-        // its velocity, and the stories of sparse fixes are not its own).
-        if held.speedMps != nil, !waitsForNext(held, state: state) { return assess(held, state: &state) }
+        // A fix with Doppler that came while another was held, and would not
+        // have waited on its own (seconds behind the first out of a tunnel),
+        // is judged at once: the filter knows its velocity, and the stories
+        // told of sparse fixes are not its own.
+        if queued, held.speedMps != nil, !waitsForNext(held, state: state) { return assess(held, state: &state) }
         let dense = later[0].timeMs - held.timeMs < Self.lookAheadMinGapMs
         if dense, held.speedMps == nil, state.kalman.outliers.count >= 2 {
             // The filter has just rejected fixes in a row, and its gate, grown
@@ -292,14 +294,14 @@ extension FilterCore {
         return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
     }
 
-    /// Whether `fix` is the first, with a Doppler velocity, after `silenceMs`
-    /// or more without a fix (a tunnel) from a device that reported seconds
-    /// apart before it. Judged against a prediction as wide as the silence, a
-    /// reflection there was taken, and the true fixes after it thrown away
-    /// as too fast until they had agreed for a recovery's length. So it waits
-    /// for the fixes after it (`resolveAfterSilence`). Without a Doppler
-    /// velocity, positions alone cannot tell a jump from a drive over the
-    /// seconds a burst lasts.
+    /// Whether `fix` is the first, with a usable Doppler velocity (a course
+    /// from 2 m/s, or standing), after `silenceMs` or more without a fix (a
+    /// tunnel) from a device that reported seconds apart before it. The gates
+    /// judge it against a prediction as wide as the silence: they take a
+    /// reflection there, and throw the true fixes after it away as too fast
+    /// until those have agreed for a recovery's length. So it waits for the
+    /// fixes after it (`resolveAfterSilence`). Without a Doppler velocity,
+    /// positions alone cannot tell a jump from a drive over a burst's seconds.
     func comesOutOfSilence(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         guard profile.lookAhead, DopplerVelocity(fix) != nil, state.kalman.track != nil, let newest = state.ordering.newestMs,
               let interval = state.ordering.reportIntervalMs else { return false }
@@ -325,9 +327,10 @@ extension FilterCore {
             return verdict
         }
         let limit = maxSpeed(state)
-        var groups: [[FilterInput]] = [], following = 0, newestMs = held.timeMs
-        for next in later where next.timeMs > newestMs {
-            newestMs = next.timeMs
+        var groups: [[FilterInput]] = [], following = 0, newest = held
+        // What the first gates would refuse (out of order, repeated, invalid, too poor) is no witness.
+        for next in later where next.timeMs > newest.timeMs && witnesses(next, after: newest) {
+            newest = next
             if Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit) {
                 following += 1
                 if following < 2 { continue }
@@ -350,6 +353,15 @@ extension FilterCore {
         return verdict
     }
 
+    /// Whether `fix`, after `previous`, passes the gates before the prediction:
+    /// a valid position, not `previous`'s again, within the accuracy ceiling.
+    private func witnesses(_ fix: FilterInput, after previous: FilterInput) -> Bool {
+        var judging = Judging(fix, alone: false), scratch = DeviceFilterState()
+        if case .reject = validity(fix, &judging, &scratch) { return false }
+        if case .reject = accuracyCeiling(fix, &judging, &scratch) { return false }
+        return fix.latitude != previous.latitude || fix.longitude != previous.longitude
+    }
+
     /// Whether a device at `a` could be at `b` by `b`'s time. With a Doppler
     /// velocity at both (a reflection moves the position, not the velocity):
     /// within twice both accuracies of where the mean of the two velocities
@@ -359,10 +371,10 @@ extension FilterCore {
     /// for (as a recovery's run must agree, `recover`).
     static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-        let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
+        let dt = Double(b.timeMs - a.timeMs) / 1000
         let accuracies = Accuracy.meters(a.accuracyM) + Accuracy.meters(b.accuracyM)
         guard let va = DopplerVelocity(a)?.vector, let vb = DopplerVelocity(b)?.vector else {
-            return max(0, hypot(bx - ax, by - ay) - accuracies) / dt <= maxSpeed
+            return max(0, hypot(bx - ax, by - ay) - accuracies) / max(1, dt) <= maxSpeed
         }
         let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
         let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
