@@ -173,12 +173,17 @@ extension FilterCore {
         guard let last = state.odometer.lastPoint, let frame = state.kalman.frame else { return .pass }
         let accuracy = judging.accuracy
         let (x, y) = fix.local(frame)
-        let dt = max(1, Double(fix.timeMs - last.timeMs) / 1000)
-        let distance = hypot(x - last.x, y - last.y)
-        let speed = max(0, distance - accuracy - last.accuracyM) / dt
+        let speed = Self.impliedSpeed(hypot(x - last.x, y - last.y), accuracies: accuracy, last.accuracyM, elapsedMs: fix.timeMs - last.timeMs)
         guard speed > maxSpeed(state) else { return .pass }
         if let recovered = recover(fix, judging, x: x, y: y, state: &state) { return .restart(recovered) }
         return .reject(.impliedSpeed, measured: speed, limit: maxSpeed(state))
+    }
+
+    /// The speed that going `distance` in `elapsedMs` needs once both
+    /// accuracies are allowed for, over at least a second: the implied speed
+    /// gate's, a recovery's run's, a witness's after a silence.
+    static func impliedSpeed(_ distance: Double, accuracies a: Double, _ b: Double, elapsedMs: Int64) -> Double {
+        max(0, distance - a - b) / max(1, Double(elapsedMs) / 1000)
     }
 
     /// 7. Parked: fixes around the anchor are drift. They keep the filter

@@ -51,8 +51,7 @@ extension FilterCore {
         let run = doppler ? state.kalman.outliers[...] : state.kalman.outliers.suffix(profile.reinitializeAfter)
         guard run.count >= profile.reinitializeAfter, run[run.endIndex - 1].timeMs - run[run.startIndex].timeMs >= windowMs else { return nil }
         let consistent = zip(run, run.dropFirst()).allSatisfy { a, b in
-            let dt = max(1, Double(b.timeMs - a.timeMs) / 1000)
-            return max(0, hypot(b.x - a.x, b.y - a.y) - a.accuracyM - b.accuracyM) / dt <= maxSpeed(state)
+            Self.impliedSpeed(hypot(b.x - a.x, b.y - a.y), accuracies: a.accuracyM, b.accuracyM, elapsedMs: b.timeMs - a.timeMs) <= maxSpeed(state)
         }
         guard consistent else { return nil }
         return startFilter(fix, judging, state: &state)

@@ -357,9 +357,11 @@ extension FilterCore {
     /// a valid position, not `previous`'s again, within the accuracy ceiling.
     private func witnesses(_ fix: FilterInput, after previous: FilterInput) -> Bool {
         var judging = Judging(fix, alone: false), scratch = DeviceFilterState()
-        if case .reject = validity(fix, &judging, &scratch) { return false }
-        if case .reject = accuracyCeiling(fix, &judging, &scratch) { return false }
-        return fix.latitude != previous.latitude || fix.longitude != previous.longitude
+        judging.previousPosition = .init(latitude: previous.latitude, longitude: previous.longitude)
+        return [Gate.validity, .repeatedPosition, .accuracyCeiling].allSatisfy {
+            if case .reject = check($0, fix, &judging, &scratch) { return false }
+            return true
+        }
     }
 
     /// Whether a device at `a` could be at `b` by `b`'s time. With a Doppler
@@ -371,11 +373,11 @@ extension FilterCore {
     /// for (as a recovery's run must agree, `recover`).
     static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-        let dt = Double(b.timeMs - a.timeMs) / 1000
-        let accuracies = Accuracy.meters(a.accuracyM) + Accuracy.meters(b.accuracyM)
+        let (accuracyA, accuracyB) = (Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM))
         guard let va = DopplerVelocity(a)?.vector, let vb = DopplerVelocity(b)?.vector else {
-            return max(0, hypot(bx - ax, by - ay) - accuracies) / max(1, dt) <= maxSpeed
+            return impliedSpeed(hypot(bx - ax, by - ay), accuracies: accuracyA, accuracyB, elapsedMs: b.timeMs - a.timeMs) <= maxSpeed
         }
+        let dt = Double(b.timeMs - a.timeMs) / 1000, accuracies = accuracyA + accuracyB
         let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
         let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
         return hypot(bx - ex, by - ey) <= 2 * accuracies + dt * dt / 2 + courseError
