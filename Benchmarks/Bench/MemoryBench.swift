@@ -47,11 +47,23 @@ enum MemoryBench {
             print(String(format: "warm-up: %d fixes from each of %d devices in %.1f s (%.0f fixes/s), before the clock", warmup, devices, seconds,
                          Double(warmup * devices) / seconds))
         }
+        // Each process's CPU time over the timed run: steadier than the wall clock on a
+        // shared machine, and it says where a larger fleet's extra cost goes.
+        func cpuTimes() -> [(name: String, user: Double, system: Double)] {
+            [("broker", services.broker.cpu), ("gateway", services.gateway.process?.cpu), ("filter", services.filter.process?.cpu)]
+                .map { ($0.0, $0.1?.user ?? 0, $0.1?.system ?? 0) }
+        }
+        let cpuBefore = cpuTimes()
         let start = ContinuousClock.now
         try await send(0..<count, fromRound: warmup)
         try await services.waitJudged(Int64(warmup * devices + count))
         let seconds = (ContinuousClock.now - start).seconds
+        let cpuSpent = zip(cpuTimes(), cpuBefore).map {
+            (name: $0.name, user: ($0.user - $1.user) / Double(count) * 1e6, system: ($0.system - $1.system) / Double(count) * 1e6)
+        }
         print(String(format: "%d fixes over %d devices through gateway and filter in %.1f s (%.0f fixes/s)", count, devices, seconds, Double(count) / seconds))
+        print("  CPU per fix, user + system: " + cpuSpent.map { String(format: "%@ %.0f + %.0f µs", $0.name as NSString, $0.user, $0.system) }.joined(separator: ", ")
+              + String(format: " (%.0f µs in all)", cpuSpent.reduce(0) { $0 + $1.user + $1.system }))
         // How many messages each commit carried: what a device's row write is spread over.
         let newest = services.newestHealth
         for name in ["gateway", "filter"] {

@@ -4,7 +4,7 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | row-codec | memory [count] [devices] | retention [devices] [rounds] [total] | constellation [count] [devices] | scale-out [count] [rounds]"
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | host [count] [devices] | row-codec | memory [count] [devices] | retention [devices] [rounds] [total] | constellation [count] [devices] | scale-out [count] [rounds]"
 
 /// The positive whole number at `arguments[index]`, or `fallback` when
 /// there is none. Anything else is refused by name: a word was read as the
@@ -90,7 +90,7 @@ do {
     case "memory":
         try await MemoryBench.run(count: count, devices: try positiveArgument(2, default: 10_000))
     case "host":
-        try HostBench.run(count: count)
+        try HostBench.run(count: count, devices: try positiveArgument(2, default: 8))
     case "store":
         try StoreBench.run(count: count)
     case "filter-lag":

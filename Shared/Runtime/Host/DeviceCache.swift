@@ -1,5 +1,10 @@
 import Model
 
+/// What the device cache counts for one device's state of type `T`, stored
+/// in `storedBytes` (see `DeviceCache.cost`); public for the benchmark that
+/// checks it against the memory a decoded row really takes.
+public func deviceStateCost<T>(_ type: T.Type, storedBytes: Int) -> Int { MemoryLayout<T>.stride + 2 * storedBytes + 512 }
+
 /// A host's per-device state in memory, bounded by bytes and by count.
 /// Entries load from the store on first use and are written back once per
 /// batch. Past either bound, the least recently used clean entries are
@@ -10,15 +15,19 @@ import Model
 /// An entry's size is an estimate from its stored form and its type's
 /// inline size (`cost(storedBytes:)`), known when it is loaded and again
 /// whenever it is written.
-/// What the device cache counts for one device's state of type `T`, stored
-/// in `storedBytes` (see `DeviceCache.cost`); public for the benchmark that
-/// checks it against the memory a decoded row really takes.
-public func deviceStateCost<T>(_ type: T.Type, storedBytes: Int) -> Int { MemoryLayout<T>.stride + 2 * storedBytes + 512 }
-
 final class DeviceCache<Entry> {
     private var entries: [DeviceID: Slot] = [:]
     private(set) var dirty: Set<DeviceID> = []
     private var tick: UInt64 = 0
+    /// Every use in order, oldest first, from `head` on: a device and the
+    /// tick of that use. Only a device's newest use counts (its slot's
+    /// `used`); older ones are skipped when met. A use costs an append, and
+    /// eviction takes devices from the front, least recently used first,
+    /// without sorting the cache: a fleet larger than the cache misses on
+    /// every fix, and sorting every entry at every commit cost a large
+    /// fleet 4 % of the host's time.
+    private var uses: [Use] = []
+    private var head = 0
     let capacity: Int
     let budgetBytes: Int
     /// The estimated bytes of every cached entry.
@@ -28,6 +37,11 @@ final class DeviceCache<Entry> {
         var entry: Entry
         var used: UInt64
         var bytes: Int
+    }
+
+    private struct Use {
+        var device: DeviceID
+        var tick: UInt64
     }
 
     init(capacity: Int, budgetBytes: Int = .max) {
@@ -43,39 +57,44 @@ final class DeviceCache<Entry> {
     static func cost(storedBytes: Int) -> Int { deviceStateCost(Entry.self, storedBytes: storedBytes) }
 
     var count: Int { entries.count }
+    /// Uses still listed, outdated ones included (for tests: the list stays bounded).
+    var listedUses: Int { uses.count - head }
 
     func get(_ device: DeviceID) -> Entry? {
-        tick &+= 1
-        entries[device]?.used = tick
-        return entries[device]?.entry
+        guard let i = entries.index(forKey: device) else { return nil }
+        let tick = use(device)
+        entries.values[i].used = tick
+        return entries.values[i].entry
     }
 
     /// Caches an entry as loaded from the store (`storedBytes` long there).
     func insertClean(_ device: DeviceID, _ entry: Entry, storedBytes: Int) {
-        tick &+= 1
-        let cost = Self.cost(storedBytes: storedBytes)
+        let cost = Self.cost(storedBytes: storedBytes), tick = use(device)
         bytes += cost - (entries[device]?.bytes ?? 0)
         entries[device] = Slot(entry: entry, used: tick, bytes: cost)
     }
 
     /// Changes a cached entry in place; it is written at the next commit.
     func modify(_ device: DeviceID, _ body: (inout Entry) -> Void) {
-        guard entries[device] != nil else { return }
-        body(&entries[device]!.entry)
+        guard let i = entries.index(forKey: device) else { return }
+        body(&entries.values[i].entry)
         dirty.insert(device)
     }
 
-    /// The changed entries, for writing.
-    var dirtyEntries: [(DeviceID, Entry)] {
-        dirty.compactMap { device in entries[device].map { (device, $0.entry) } }
+    /// Each changed entry, read in place, for writing.
+    func forEachDirty(_ body: (DeviceID, Entry) throws -> Void) rethrows {
+        for device in dirty {
+            guard let i = entries.index(forKey: device) else { continue }
+            try body(device, entries.values[i].entry)
+        }
     }
 
     /// An entry was written, `storedBytes` long.
     func written(_ device: DeviceID, storedBytes: Int) {
-        guard let old = entries[device]?.bytes else { return }
+        guard let i = entries.index(forKey: device) else { return }
         let cost = Self.cost(storedBytes: storedBytes)
-        bytes += cost - old
-        entries[device]!.bytes = cost
+        bytes += cost - entries.values[i].bytes
+        entries.values[i].bytes = cost
     }
 
     /// The batch that wrote them committed.
@@ -87,19 +106,43 @@ final class DeviceCache<Entry> {
         dirty.removeAll()
     }
 
-    /// Drops the least recently used clean entries once over either bound.
+    /// Drops the least recently used clean entries once over either bound,
+    /// until back under 80 % of both.
     func evictIfNeeded() {
         guard entries.count > capacity || bytes > budgetBytes else { return }
         let keepCount = capacity - capacity / 5, keepBytes = budgetBytes - budgetBytes / 5
-        // Ages and ids only: sorting the slots themselves copied every entry (a filter row each).
-        var byAge: [(used: UInt64, device: DeviceID)] = []
-        byAge.reserveCapacity(entries.count)
-        for (device, slot) in entries where !dirty.contains(device) { byAge.append((slot.used, device)) }
-        byAge.sort { $0.used < $1.used }
-        for (_, device) in byAge {
-            guard entries.count > keepCount || bytes > keepBytes else { break }
-            remove(device)
+        var kept: [Use] = []
+        while entries.count > keepCount || bytes > keepBytes, head < uses.count {
+            let oldest = uses[head]
+            head += 1
+            guard entries[oldest.device]?.used == oldest.tick else { continue }
+            if dirty.contains(oldest.device) { kept.append(oldest); continue }
+            remove(oldest.device)
         }
+        // Changed entries stay, as old as they were.
+        head -= kept.count
+        uses.replaceSubrange(head..<(head + kept.count), with: kept)
+        dropUsedUp()
+    }
+
+    /// A new use of `device`: its tick.
+    private func use(_ device: DeviceID) -> UInt64 {
+        tick &+= 1
+        uses.append(Use(device: device, tick: tick))
+        // Outdated uses pile up while the cache is under its bounds: cleared
+        // once they outnumber the entries, so the list stays within a few times the cache.
+        if uses.count - head > 2 * entries.count + 1_024 {
+            uses = uses[head...].filter { entries[$0.device]?.used == $0.tick || $0.device == device && $0.tick == tick }
+            head = 0
+        }
+        return tick
+    }
+
+    /// Forgets the uses before `head` once they are half the list.
+    private func dropUsedUp() {
+        guard head > 1_024, head * 2 > uses.count else { return }
+        uses.removeFirst(head)
+        head = 0
     }
 
     private func remove(_ device: DeviceID) {

@@ -354,16 +354,18 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             // Outbox watermarks written with their rows: unsaved again if the batch fails.
             var carried: [(DeviceID, Int64)] = []
             do {
-                let dirty = cache.dirtyEntries
-                for (device, entry) in dirty {
+                var written: [(device: DeviceID, storedBytes: Int)] = [], marks: [(DeviceID, [String: InputMark])] = []
+                try cache.forEachDirty { device, entry in
                     let row = rows.encode(entry.row), inputs = StoredInputs(entry.inputs).stored
                     let acked = outbox?.carry(device)
                     if let acked { carried.append((device, acked)) }
                     try store.save(device, row: row, binary: rows.binary, inputs: inputs, ackedThrough: acked ?? 0)
-                    cache.written(device, storedBytes: row.count + inputs.count)
+                    written.append((device, row.count + inputs.count))
+                    if !tipTopics.isEmpty { marks.append((device, entry.inputs)) }
                 }
+                for (device, storedBytes) in written { cache.written(device, storedBytes: storedBytes) }
                 try db.commitBatch()
-                if !tipTopics.isEmpty { for (device, entry) in dirty { recentMarks.record(device, entry.inputs) } }
+                for (device, inputs) in marks { recentMarks.record(device, inputs) }
                 counters.count("commits")
                 cache.markClean()
                 batch.messages.forEach { attempts.forget($0) }
