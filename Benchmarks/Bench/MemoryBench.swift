@@ -68,7 +68,9 @@ enum MemoryBench {
         let newest = services.newestHealth
         for name in ["gateway", "filter"] {
             guard let h = newest[name], let commits = h.counters?["commits"], commits > 0 else { continue }
-            print(String(format: "  %@: %.1f messages per commit (%lld commits)", name as NSString, Double(h.processed) / Double(commits), commits))
+            // Row loads: a device whose state was not in the cache, read from the store.
+            print(String(format: "  %@: %.1f messages per commit (%lld commits), %.2f row loads per message", name as NSString,
+                         Double(h.processed) / Double(commits), commits, Double(h.counters?["rowLoads"] ?? 0) / Double(max(1, h.processed))))
         }
         for (name, service) in [("gateway", services.gateway), ("filter", services.filter)] {
             let memory = service.process?.memory
