@@ -21,7 +21,7 @@ enum HostBench {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("hostbench-\(UUID().uuidString).sqlite").path
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         // HOST_BUDGET=MB: the host's cacheBudgetMB (the services' default, 8, otherwise).
-        let budgetMB = try environmentNumber("HOST_BUDGET", minimum: 1) ?? 8
+        let budgetMB = try environmentNumber("HOST_BUDGET", minimum: 1, maximum: 65_536) ?? 8
         let host = try ServiceHost(definition(), databasePath: path, bus: NullBus(), topics: Topics(),
                                    logger: Logger(label: "bench", minimum: .error), counters: HealthCounters(),
                                    cacheBudgetBytes: budgetMB << 20)

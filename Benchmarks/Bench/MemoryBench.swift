@@ -18,10 +18,10 @@ enum MemoryBench {
         // its interval bounds the error of the time measured (at 1 s, 9 % of a 11 s run).
         var config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
         // MEMORY_CACHE=N: the services' deviceCacheCapacity, to see what it costs and saves.
-        if let capacity = ProcessInfo.processInfo.environment["MEMORY_CACHE"].flatMap(Int.init) { config["deviceCacheCapacity"] = capacity }
-        // MEMORY_BUDGET=MB: the services' cacheBudgetMB; MEMORY_SQLITE=MB: their sqliteCacheMB.
-        if let budget = ProcessInfo.processInfo.environment["MEMORY_BUDGET"].flatMap(Int.init) { config["cacheBudgetMB"] = budget }
-        if let sqlite = ProcessInfo.processInfo.environment["MEMORY_SQLITE"].flatMap(Int.init) { config["sqliteCacheMB"] = sqlite }
+        // MEMORY_BUDGET=MB: their cacheBudgetMB; MEMORY_SQLITE=MB: their sqliteCacheMB (the services' own ranges).
+        if let capacity = try environmentNumber("MEMORY_CACHE", minimum: 1, maximum: 10_000_000) { config["deviceCacheCapacity"] = capacity }
+        if let budget = try environmentNumber("MEMORY_BUDGET", minimum: 1, maximum: 65_536) { config["cacheBudgetMB"] = budget }
+        if let sqlite = try environmentNumber("MEMORY_SQLITE", minimum: 1, maximum: 4_096) { config["sqliteCacheMB"] = sqlite }
         // MEMORY_BACKLOG=N: the services' outputBacklogMax (messages waiting for the broker).
         if let backlog = try environmentNumber("MEMORY_BACKLOG", minimum: 1) { config["outputBacklogMax"] = backlog }
         let services = try await GatewayAndFilter.start(gateway: config, filter: config)

@@ -19,10 +19,11 @@ func positiveArgument(_ index: Int, default fallback: Int) throws -> Int {
 
 /// The whole number (at least `minimum`) an environment setting holds, nil
 /// when unset; anything else is refused by name instead of read as unset.
-func environmentNumber(_ name: String, minimum: Int = 0) throws -> Int? {
+func environmentNumber(_ name: String, minimum: Int = 0, maximum: Int = .max) throws -> Int? {
     guard let text = ProcessInfo.processInfo.environment[name] else { return nil }
-    guard let value = Int(text), value >= minimum else {
-        throw TestSupportError("\(name): expected a whole number of at least \(minimum), got '\(text)'")
+    guard let value = Int(text), value >= minimum, value <= maximum else {
+        let range = maximum == .max ? "at least \(minimum)" : "from \(minimum) to \(maximum)"
+        throw TestSupportError("\(name): expected a whole number \(range), got '\(text)'")
     }
     return value
 }

@@ -59,10 +59,33 @@ struct DeviceCacheTests {
         let cache = cache(capacity: 10, holding: 3)
         for i in 0..<100_000 { _ = cache.get(device(i % 3)) }
         #expect(cache.listedUses <= 2 * 3 + 1_024 + 1)
-        // Still in use order after the clearing: d0 was used longest ago.
+        // Still in use order after the clearing: d1, d2, d0 (last used in
+        // that order) go first, then d3 and d4.
         for i in 3..<13 { cache.insertClean(device(i), i, storedBytes: 10) }
         cache.evictIfNeeded()
-        #expect(cache.get(device(0)) == nil)
-        #expect(cache.count == 8)
+        #expect(held(cache, 0..<13) == Array(5..<13))
+    }
+
+    @Test func theUseThatClearsTheListCounts() {
+        let cache = cache(capacity: 10, holding: 3)
+        // Three inserts and 1,028 uses: the last use, of d1, clears the list.
+        for k in 0..<1_028 { _ = cache.get(device(k % 3)) }
+        #expect(cache.listedUses <= 4)
+        for i in 3..<13 { cache.insertClean(device(i), i, storedBytes: 10) }
+        cache.evictIfNeeded()
+        // d2, d0 and d1 were used before the ten new devices: all three go, then d3 and d4.
+        #expect(held(cache, 0..<13) == Array(5..<13))
+    }
+
+    @Test func aDiscardedEntryLoadsAgainAsNew() {
+        let cache = cache(capacity: 5, holding: 5)
+        cache.modify(device(1)) { $0 += 100 }
+        cache.discardDirty()
+        #expect(cache.get(device(1)) == nil)
+        cache.insertClean(device(1), 1, storedBytes: 10)
+        cache.insertClean(device(5), 5, storedBytes: 10)
+        cache.evictIfNeeded()
+        // d1's uses before it was discarded no longer count: loaded again, it is young.
+        #expect(held(cache, 0..<6) == [1, 3, 4, 5])
     }
 }

@@ -498,3 +498,33 @@ extension UploaderHostTests {
         try await running.value
     }
 }
+
+extension UploaderHostTests {
+    /// The uploader's row is stored in the binary form; one an earlier
+    /// release stored as JSON (`{}`, as text) still loads, and is written back binary.
+    @Test func itsRowIsStoredBinaryAndAJSONRowStillLoads() throws {
+        func storedRow() throws -> (type: String, bytes: [UInt8])? {
+            let db = try Database(path: database.path)
+            return try db.first("SELECT typeof(row), row FROM host_devices WHERE device = 'van1'") { ($0.string(0), Array($0.data(1))) }
+        }
+        do {
+            let uploader = try host()
+            _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false}"#)
+            uploader.receive(point(1))
+            #expect(uploader.commit())
+            uploader.close()
+        }
+        #expect(try storedRow()?.type == "blob")
+        #expect(try storedRow()?.bytes == [0xF1, 1])
+        try Database(path: database.path).run("UPDATE host_devices SET row = '{}' WHERE device = 'van1'")
+        #expect(try storedRow()?.type == "text")
+
+        let restarted = try host()
+        defer { restarted.close() }
+        restarted.receive(point(2))
+        #expect(restarted.commit())
+        #expect(try storedRow()?.type == "blob")
+        transport.script(Exchange(statusCode: 204))
+        #expect(try command(restarted, "syncNow").result?["count"] == .number(2))
+    }
+}

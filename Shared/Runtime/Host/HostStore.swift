@@ -3,8 +3,8 @@ import Model
 import Store
 
 /// The host's own tables, the same in every service's database: one row per
-/// device (the service's row as JSON, the input watermarks, the outbox
-/// watermark) and the store's identity.
+/// device (the service's row, binary or, from earlier releases, JSON; the
+/// input watermarks; the outbox watermark) and the store's identity.
 public final class HostStore {
     let db: Database
     private let load: Statement
