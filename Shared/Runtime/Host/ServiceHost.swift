@@ -363,6 +363,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                     written.append((device, row.count + inputs.count))
                     if !tipTopics.isEmpty { marks.append((device, entry.inputs)) }
                 }
+                // Sizes noted after the loop, which reads the entries in place.
                 for (device, storedBytes) in written { cache.written(device, storedBytes: storedBytes) }
                 try db.commitBatch()
                 for (device, inputs) in marks { recentMarks.record(device, inputs) }
