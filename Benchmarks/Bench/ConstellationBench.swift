@@ -111,6 +111,13 @@ enum ConstellationBench {
         print(String(format: "end to end (fixes in until every accepted point is stored and at the sink): %.0f fixes/s, %.2f of the ceiling, %.2f of the relays; to the track store %.0f fixes/s",
                      throughput, throughput / ceiling, throughput / relay, Double(count) / stored))
 
+        // Row loads: messages whose device's state was not in the service's cache (warm-up included).
+        var loads: [String] = []
+        for name in Constellation.services {
+            let health = try await constellation.waitHealth(name, timeout: 30, description: "\(name)'s health") { _ in true }
+            loads.append(String(format: "%@ %.2f", name as NSString, Double(health.counters?["rowLoads"] ?? 0) / Double(max(1, health.processed))))
+        }
+        print("row loads per message, warm-up included: " + loads.joined(separator: ", "))
         print("CPU per fix over the measured run, user + system: " + cpuSpent.map {
             String(format: "%@ %.0f + %.0f µs", $0.0 as NSString, $0.1 / Double(count) * 1e6, $0.2 / Double(count) * 1e6)
         }.joined(separator: ", ") + String(format: " (%.0f µs in all)", cpuSpent.reduce(0) { $0 + $1.1 + $1.2 } / Double(count) * 1e6))
