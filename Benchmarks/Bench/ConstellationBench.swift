@@ -82,17 +82,15 @@ enum ConstellationBench {
             print("warm-up: \(warmup) fixes from each of \(devices) devices, unmeasured (\(accepted) accepted)")
         }
         // Each process's CPU time over the measured run: what a fix costs where, and what grows with the fleet.
-        func cpuTimes() -> [(String, Double, Double)] {
-            let processes: [(String, (user: Double, system: Double)?)] = [("broker", constellation.broker.cpu)]
-                + Constellation.services.map { ($0, constellation.services[$0]!.process?.cpu) }
-            return processes.map { ($0.0, $0.1?.user ?? 0, $0.1?.system ?? 0) }
+        func cpuTimes() -> CPUTimes {
+            CPUTimes([("broker", constellation.broker.cpu)] + Constellation.services.map { ($0, constellation.services[$0]!.process?.cpu) })
         }
         let cpuBefore = cpuTimes()
         let start = ContinuousClock.now
         try await send(rounds: warmup..<(warmup + rounds), limit: count)
         let published = (ContinuousClock.now - start).seconds
         let settled = try await settle(warm + Int64(count), "every fix")
-        let cpuSpent = zip(cpuTimes(), cpuBefore).map { ($0.0, $0.1 - $1.1, $0.2 - $1.2) }
+        let cpuSpent = cpuTimes().perFix(since: cpuBefore, count: count)
         let taken = settled.taken, accepted = taken.counters?["accepted"] ?? 0
         let held = warm + Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
@@ -115,12 +113,10 @@ enum ConstellationBench {
         var loads: [String] = []
         for name in Constellation.services {
             let health = try await constellation.waitHealth(name, timeout: 30, description: "\(name)'s health") { _ in true }
-            loads.append(String(format: "%@ %.2f", name as NSString, Double(health.counters?["rowLoads"] ?? 0) / Double(max(1, health.processed))))
+            loads.append(String(format: "%@ %.2f", name as NSString, health.rowLoadsPerMessage))
         }
         print("row loads per message, warm-up included: " + loads.joined(separator: ", "))
-        print("CPU per fix over the measured run, user + system: " + cpuSpent.map {
-            String(format: "%@ %.0f + %.0f µs", $0.0 as NSString, $0.1 / Double(count) * 1e6, $0.2 / Double(count) * 1e6)
-        }.joined(separator: ", ") + String(format: " (%.0f µs in all)", cpuSpent.reduce(0) { $0 + $1.1 + $1.2 } / Double(count) * 1e6))
+        print("CPU per fix over the measured run, user + system: " + cpuSpent)
         // LATENCY_RATES=a,b,…: other rates besides these two.
         let extra = (ProcessInfo.processInfo.environment["LATENCY_RATES"] ?? "").split(separator: ",").compactMap { Int($0) }
         for rate in [1_000, Int(throughput / 2)] + extra where measuresLatency {

@@ -49,28 +49,24 @@ enum MemoryBench {
         }
         // Each process's CPU time over the timed run: steadier than the wall clock on a
         // shared machine, and it says where a larger fleet's extra cost goes.
-        func cpuTimes() -> [(name: String, user: Double, system: Double)] {
-            [("broker", services.broker.cpu), ("gateway", services.gateway.process?.cpu), ("filter", services.filter.process?.cpu)]
-                .map { ($0.0, $0.1?.user ?? 0, $0.1?.system ?? 0) }
+        func cpuTimes() -> CPUTimes {
+            CPUTimes([("broker", services.broker.cpu), ("gateway", services.gateway.process?.cpu), ("filter", services.filter.process?.cpu)])
         }
         let cpuBefore = cpuTimes()
         let start = ContinuousClock.now
         try await send(0..<count, fromRound: warmup)
         try await services.waitJudged(Int64(warmup * devices + count))
         let seconds = (ContinuousClock.now - start).seconds
-        let cpuSpent = zip(cpuTimes(), cpuBefore).map {
-            (name: $0.name, user: ($0.user - $1.user) / Double(count) * 1e6, system: ($0.system - $1.system) / Double(count) * 1e6)
-        }
+        let cpuSpent = cpuTimes().perFix(since: cpuBefore, count: count)
         print(String(format: "%d fixes over %d devices through gateway and filter in %.1f s (%.0f fixes/s)", count, devices, seconds, Double(count) / seconds))
-        print("  CPU per fix, user + system: " + cpuSpent.map { String(format: "%@ %.0f + %.0f µs", $0.name as NSString, $0.user, $0.system) }.joined(separator: ", ")
-              + String(format: " (%.0f µs in all)", cpuSpent.reduce(0) { $0 + $1.user + $1.system }))
+        print("  CPU per fix, user + system: " + cpuSpent)
         // How many messages each commit carried: what a device's row write is spread over.
         let newest = services.newestHealth
         for name in ["gateway", "filter"] {
             guard let h = newest[name], let commits = h.counters?["commits"], commits > 0 else { continue }
             // Row loads: a device whose state was not in the cache, read from the store.
             print(String(format: "  %@: %.1f messages per commit (%lld commits), %.2f row loads per message", name as NSString,
-                         Double(h.processed) / Double(commits), commits, Double(h.counters?["rowLoads"] ?? 0) / Double(max(1, h.processed))))
+                         Double(h.processed) / Double(commits), commits, h.rowLoadsPerMessage))
         }
         for (name, service) in [("gateway", services.gateway), ("filter", services.filter)] {
             let memory = service.process?.memory

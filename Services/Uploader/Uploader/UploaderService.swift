@@ -34,7 +34,7 @@ enum UploaderService {
     /// its row is empty, stored in the binary form every service's row takes
     /// (JSON `{}` rows of earlier releases still read). Written once per
     /// point with a large fleet: 0.07 µs, against 0.7–0.8 µs as JSON.
-    struct Row: Codable, BinaryStoredRow {
+    struct Row: BinaryStoredRow {
         static let binaryVersion: UInt64 = 1
         static let binaryName = "the uploader row"
         init() {}

@@ -80,20 +80,15 @@ final class DeviceCache<Entry> {
         dirty.insert(device)
     }
 
-    /// Each changed entry, read in place, for writing.
-    func forEachDirty(_ body: (DeviceID, Entry) throws -> Void) rethrows {
+    /// Writes each changed entry, read in place, with `write`, which
+    /// returns how many bytes it took in the store: its size from then on.
+    func writeDirty(_ write: (DeviceID, Entry) throws -> Int) rethrows {
         for device in dirty {
             guard let i = entries.index(forKey: device) else { continue }
-            try body(device, entries.values[i].entry)
+            let cost = Self.cost(storedBytes: try write(device, entries.values[i].entry))
+            bytes += cost - entries.values[i].bytes
+            entries.values[i].bytes = cost
         }
-    }
-
-    /// An entry was written, `storedBytes` long.
-    func written(_ device: DeviceID, storedBytes: Int) {
-        guard let i = entries.index(forKey: device) else { return }
-        let cost = Self.cost(storedBytes: storedBytes)
-        bytes += cost - entries.values[i].bytes
-        entries.values[i].bytes = cost
     }
 
     /// The batch that wrote them committed.
@@ -126,14 +121,14 @@ final class DeviceCache<Entry> {
 
     /// A new use of `device`: its tick.
     private func use(_ device: DeviceID) -> UInt64 {
-        tick &+= 1
-        uses.append(Use(device: device, tick: tick))
         // Outdated uses pile up while the cache is under its bounds: cleared
         // once they outnumber the entries, so the list stays within a few times the cache.
-        if uses.count - head > 2 * entries.count + 1_024 {
-            uses = uses[head...].filter { entries[$0.device]?.used == $0.tick || $0.device == device && $0.tick == tick }
+        if uses.count - head >= 2 * entries.count + 1_024 {
+            uses = uses[head...].filter { entries[$0.device]?.used == $0.tick }
             head = 0
         }
+        tick &+= 1
+        uses.append(Use(device: device, tick: tick))
         return tick
     }
 

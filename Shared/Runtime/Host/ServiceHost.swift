@@ -354,17 +354,15 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             // Outbox watermarks written with their rows: unsaved again if the batch fails.
             var carried: [(DeviceID, Int64)] = []
             do {
-                var written: [(device: DeviceID, storedBytes: Int)] = [], marks: [(DeviceID, [String: InputMark])] = []
-                try cache.forEachDirty { device, entry in
+                var marks: [(DeviceID, [String: InputMark])] = []
+                try cache.writeDirty { device, entry in
                     let row = rows.encode(entry.row), inputs = StoredInputs(entry.inputs).stored
                     let acked = outbox?.carry(device)
                     if let acked { carried.append((device, acked)) }
                     try store.save(device, row: row, binary: rows.binary, inputs: inputs, ackedThrough: acked ?? 0)
-                    written.append((device, row.count + inputs.count))
                     if !tipTopics.isEmpty { marks.append((device, entry.inputs)) }
+                    return row.count + inputs.count
                 }
-                // Sizes noted after the loop, which reads the entries in place.
-                for (device, storedBytes) in written { cache.written(device, storedBytes: storedBytes) }
                 try db.commitBatch()
                 for (device, inputs) in marks { recentMarks.record(device, inputs) }
                 counters.count("commits")

@@ -1,0 +1,26 @@
+import Foundation
+import Model
+
+/// Each process's CPU time (user, system; seconds) at one moment: taken
+/// before and after a run, it says what a fix cost where.
+struct CPUTimes {
+    var processes: [(name: String, user: Double, system: Double)]
+
+    init(_ processes: [(String, (user: Double, system: Double)?)]) {
+        self.processes = processes.map { ($0.0, $0.1?.user ?? 0, $0.1?.system ?? 0) }
+    }
+
+    /// "name u + s µs, …  (t µs in all)": the CPU of each process per fix since `before`.
+    func perFix(since before: CPUTimes, count: Int) -> String {
+        let spent = zip(processes, before.processes).map {
+            (name: $0.name, user: ($0.user - $1.user) / Double(count) * 1e6, system: ($0.system - $1.system) / Double(count) * 1e6)
+        }
+        return spent.map { String(format: "%@ %.0f + %.0f µs", $0.name as NSString, $0.user, $0.system) }.joined(separator: ", ")
+            + String(format: " (%.0f µs in all)", spent.reduce(0) { $0 + $1.user + $1.system })
+    }
+}
+
+extension Health {
+    /// Messages whose device's state was not in the service's cache, read from its store.
+    var rowLoadsPerMessage: Double { Double(counters?["rowLoads"] ?? 0) / Double(max(1, processed)) }
+}
