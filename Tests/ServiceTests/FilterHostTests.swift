@@ -5,6 +5,7 @@ import Foundation
 import TrackerLog
 import Model
 @testable import Runtime
+import Store
 import TestSupport
 import Testing
 
@@ -52,6 +53,26 @@ import Testing
         filter!.tick()
         #expect(filter!.commit())
         #expect(pointSeqs() == [1, 2, 3, 4])
+    }
+
+    @Test func aDamagedRowStartsItsDeviceOverInsteadOfStallingTheFilter() throws {
+        do {
+            let filter = try host()
+            for i in 0..<3 { filter.receive(raw(Int64(i + 1), t: Double(i), y: Double(i) * 12)) }
+            #expect(filter.commit())
+            filter.close()
+        }
+        #expect(pointSeqs() == [1, 2, 3])
+        try Database(path: database.path).run("UPDATE host_devices SET row = substr(row, 1, 20) WHERE device = 'van1'")
+        bus.clear()
+
+        let filter = try host()
+        defer { filter.close() }
+        filter.receive(raw(3, t: 2, y: 24))  // redelivered: its watermark is kept beside the row
+        filter.receive(raw(4, t: 3, y: 36))
+        #expect(filter.commit())
+        #expect(pointSeqs() == [4])
+        #expect(bus.events().contains { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } })
     }
 
     /// A device that reports every 10 s holds a fix at all times, each a new

@@ -106,6 +106,50 @@ import Testing
         #expect(bus.messages(topicSuffix: "/events").contains { $0.string.contains("duplicateFix") })
     }
 
+    @Test func aRowThatCannotBeReadIsSetAsideAndItsDeviceNumbersOnWithoutStallingTheFleet() throws {
+        let t = Double(clock.nowMs()) / 1000
+        func van2(_ t: Double) -> MQTTMessage { MQTTMessage(topic: "tracker/van2/fixes", string: #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":5}"#) }
+        do {
+            let gateway = try host()
+            for i in 0..<3 { gateway.receive(fix(t + Double(i))) }
+            gateway.receive(van2(t))
+            #expect(gateway.commit())
+            gateway.close()
+        }
+        let session = try #require(bus.decoded(RawFix.self, topicSuffix: "van1/raw").last?.sessionID)
+        // As a newer release leaves it (version 9), after a downgrade.
+        let unreadable: [UInt8] = [0xF1, 9, 7, 7]
+        try Database(path: database.path).run("UPDATE host_devices SET row = ? WHERE device = 'van1'", .blob(unreadable))
+        bus.clear()
+
+        let gateway = try host()
+        gateway.receive(fix(t + 3))
+        gateway.receive(van2(t + 1))
+        #expect(gateway.commit(), "the batch is stored, not redelivered for ever")
+        let van1 = bus.decoded(RawFix.self, topicSuffix: "van1/raw")
+        #expect(van1.map(\.seq) == [4], "numbering goes on after the last raw fix sent")
+        #expect(van1.first?.sessionID == session, "the open session goes on")
+        #expect(bus.decoded(RawFix.self, topicSuffix: "van2/raw").map(\.seq) == [2])
+        let said = bus.events().filter { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } }
+        #expect(said.map(\.device) == [DeviceID("van1")!])
+        #expect(counters.snapshot().extra["rowsSetAside"] == 1)
+        let db = try Database(path: database.path, readOnly: true)
+        let kept = try db.first("SELECT device, row, error FROM host_set_aside") { ($0.string(0), Array($0.data(1)), $0.string(2)) }
+        #expect(kept?.0 == "van1")
+        #expect(kept?.1 == unreadable, "kept as it was, for a release that reads it")
+        #expect(kept?.2.contains("newer") == true)
+
+        // Written over with a row this release reads: set aside once, not at every load.
+        gateway.close()
+        bus.clear()
+        let again = try host()
+        defer { again.close() }
+        again.receive(fix(t + 4))
+        #expect(again.commit())
+        #expect(bus.decoded(RawFix.self, topicSuffix: "van1/raw").map(\.seq) == [5])
+        #expect(try db.first("SELECT count(*) FROM host_set_aside") { $0.int(0) } == 1)
+    }
+
     @Test func repliesNeverGoToInternalTopics() throws {
         let gateway = try host()
         gateway.receive(MQTTMessage(topic: "tracker/van1/cmd/currentSession", payload: [], responseTopic: "tracker/van2/raw"))

@@ -98,7 +98,12 @@ enum GatewayService {
                 sweep: SweepRoute(every: .seconds(1), candidates: { nowMs in
                     try store.devices(inNextSliceOf: sweepSlices) { handler.core.rules.isIdle($0.sessions, nowMs: nowMs) }
                 }, apply: handler.sweep),
-                answersUnknownCommands: true)
+                answersUnknownCommands: true,
+                // Numbering goes on past every raw fix sent (its consumers skip a seq they applied);
+                // the open session, kept in its own table, goes on too.
+                startOver: { device, lastSent in
+                    GatewayRow(lastSeq: lastSent, sessions: DeviceSessions(current: try store.openSession(of: device)))
+                })
         }
         // Partitioned, a user's devices are in different partitions: the ingress counts them all.
         if settings.ownTracks { definition.ingressGate = { try AccountGate($0, max: settings.maxDevicesPerAccount) } }

@@ -136,6 +136,14 @@ final class GatewayStore {
         try db.first("SELECT id, device, tag, startMs, endMs, auto FROM sessions WHERE id = ?", [.text(id)], map: Self.session) ?? nil
     }
 
+    /// The device's newest session still open, if any.
+    func openSession(of device: DeviceID) throws -> Session? {
+        try db.first("""
+            SELECT id, device, tag, startMs, endMs, auto FROM sessions WHERE device = ? AND endMs IS NULL
+            ORDER BY startMs DESC, id DESC LIMIT 1
+            """, [.text(device.rawValue)], map: Self.session) ?? nil
+    }
+
     /// Sessions overlapping [fromMs, toMs], oldest first.
     static func sessions(_ db: Database, _ device: DeviceID, fromMs: Int64?, toMs: Int64?) throws -> [Session] {
         try db.query("""

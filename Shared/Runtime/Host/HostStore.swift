@@ -31,6 +31,13 @@ public final class HostStore {
             );
             """
         }),
+        // A device's row this release cannot read (damaged, or written by a
+        // newer release) is moved here as it was, and the device starts over.
+        ("host-3-set-aside", """
+            CREATE TABLE host_set_aside (
+                id INTEGER PRIMARY KEY, device TEXT NOT NULL, row BLOB NOT NULL, error TEXT NOT NULL, atMs INTEGER NOT NULL
+            );
+            """),
     ]
 
     /// The per-service `devices` table of versions before the host, for the
@@ -70,6 +77,12 @@ public final class HostStore {
     /// `ackedThrough` moves the outbox watermark on in the same write (never back).
     func save(_ device: DeviceID, row: [UInt8], binary: Bool, inputs: [UInt8], ackedThrough: Int64 = 0) throws {
         try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs), .integer(ackedThrough))
+    }
+
+    /// Keeps an unreadable row as it was stored, with why it could not be read.
+    func setAside(_ device: DeviceID, row: Data, error: String, atMs: Int64) throws {
+        try db.run("INSERT INTO host_set_aside (device, row, error, atMs) VALUES (?, ?, ?, ?)",
+                   .text(device.rawValue), .blob(Array(row)), .text(error), .integer(atMs))
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {

@@ -59,13 +59,19 @@ public struct Routes<Row> {
     /// A service's own worker beside the host (the uploader's HTTP loop):
     /// started with the host's bus and health counters, stopped at close.
     public var worker: ServiceWorker?
+    /// The row a device starts over with when its stored one cannot be read
+    /// (damaged, or written by a newer release), given the newest seq its
+    /// outbox sent; nil: a fresh row. A producer numbers on from that seq,
+    /// or its consumers would skip what it sends next as already applied.
+    public var startOver: ((_ device: DeviceID, _ lastSent: Int64) throws -> Row)?
 
     public init(inputs: [InputRoute<Row>], commands: [CommandRoute<Row>], outbox: OutboxRoute? = nil,
                 retention: [LogRetention] = [], sweep: SweepRoute<Row>? = nil, answersUnknownCommands: Bool = false,
-                batchAbandoned: (() -> Void)? = nil, worker: ServiceWorker? = nil) {
+                batchAbandoned: (() -> Void)? = nil, worker: ServiceWorker? = nil,
+                startOver: ((_ device: DeviceID, _ lastSent: Int64) throws -> Row)? = nil) {
         self.inputs = inputs; self.commands = commands; self.outbox = outbox; self.retention = retention
         self.sweep = sweep; self.answersUnknownCommands = answersUnknownCommands; self.batchAbandoned = batchAbandoned
-        self.worker = worker
+        self.worker = worker; self.startOver = startOver
     }
 }
 

@@ -308,19 +308,28 @@ public final class ServiceHost<Row>: @unchecked Sendable {
 
     func entry(_ device: DeviceID) throws -> DeviceEntry<Row> {
         if let cached = cache.get(device) { return cached }
-        let (entry, storedBytes) = try load(device)
+        let (entry, storedBytes, startedOver) = try load(device)
         cache.insertClean(device, entry, storedBytes: storedBytes)
+        // Written over the unreadable row with this batch, or set aside again with the next.
+        if startedOver { cache.modify(device) { _ in } }
         return entry
     }
 
-    /// The device's entry as stored, and how many bytes it takes there.
-    func load(_ device: DeviceID) throws -> (DeviceEntry<Row>, storedBytes: Int) {
+    /// The device's entry as stored, and how many bytes it takes there; or,
+    /// when its row cannot be read, the row it starts over with.
+    func load(_ device: DeviceID) throws -> (DeviceEntry<Row>, storedBytes: Int, startedOver: Bool) {
         guard let stored = try store.entry(device) else {
-            return (DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0), 0)
+            return (DeviceEntry(row: rows.fresh(), inputs: [:], ackedThrough: 0), 0, false)
         }
         counters.count("rowLoads")
-        let (row, warning) = try rows.decode(stored.row)
-        if let warning { logger.warning(warning, ["device": device.rawValue]) }
+        let row: Row, startedOver: Bool
+        do {
+            let (decoded, warning) = try rows.decode(stored.row)
+            if let warning { logger.warning(warning, ["device": device.rawValue]) }
+            (row, startedOver) = (decoded, false)
+        } catch {
+            (row, startedOver) = (try startOver(device, unreadable: stored.row, ackedThrough: stored.ackedThrough, error: error), true)
+        }
         var inputs: [String: InputMark] = [:]
         do {
             inputs = try StoredInputs.restored(from: stored.inputs, using: JSONCoding.decoder).marks
@@ -328,7 +337,24 @@ public final class ServiceHost<Row>: @unchecked Sendable {
             // Loud, not silent: every input of this device is applied again from its next message.
             logger.error("stored input watermarks unreadable; they start over", ["device": device.rawValue, "error": "\(error)"])
         }
-        return (DeviceEntry(row: row, inputs: inputs, ackedThrough: stored.ackedThrough), stored.row.count + stored.inputs.count)
+        return (DeviceEntry(row: row, inputs: inputs, ackedThrough: stored.ackedThrough), stored.row.count + stored.inputs.count, startedOver)
+    }
+
+    /// A row that does not decode never decodes: retrying its batch would
+    /// stall the service for good. It is kept aside as it was, the device
+    /// starts over (a producer numbering on past what it sent), and that is
+    /// said loudly: a log line, health's `rowsSetAside`, and a `diagnostic`.
+    private func startOver(_ device: DeviceID, unreadable: Data, ackedThrough: Int64, error: any Error) throws -> Row {
+        let lastSent = max(ackedThrough, try routes.outbox?.log.newestSeq(device) ?? 0)
+        let row = try routes.startOver?(device, lastSent) ?? rows.fresh()
+        try store.setAside(device, row: unreadable, error: "\(error)", atMs: clock.nowMs())
+        counters.count("rowsSetAside")
+        logger.error("a device's stored state cannot be read; it is set aside and the device starts over",
+                     ["device": device.rawValue, "error": "\(error)", "lastSent": "\(lastSent)"])
+        batch.effects.items.append(.publish(event(device, .diagnostic(code: "stateSetAside", message:
+            "\(name): this device's stored state cannot be read (\(error)); it is kept in host_set_aside and the device starts over"
+            + (routes.outbox == nil ? "" : ", numbering on after seq \(lastSent)")))))
+        return row
     }
 
     /// Marks the batch as not storable. A message whose own savepoint failed
