@@ -49,21 +49,20 @@ enum HostBench {
                      Double(count) / seconds, count, devices, budgetMB))
     }
 
-    /// The filter's shape: judge, log the decision and the judged point, send the point.
+    /// The filter's shape: judge, log the judgement (decision and judged point in one row), send the point.
     static func definition() -> ServiceDefinition<FilterRow> {
-        ServiceDefinition(name: "filter", migrations: [("logs", DeviceLog.schema("decisions") + DeviceLog.schema("judged") + DeviceLog.schema("points"))],
+        ServiceDefinition(name: "filter", migrations: [("logs", DeviceLog.schema("judgements") + DeviceLog.schema("points"))],
                           rows: RowCodec(fresh: { FilterRow() }, encode: { $0.stored },
                                          decode: { (try FilterRow.restored(from: $0, using: JSONCoding.decoder).row, nil) }, binary: true)) { db in
-            let decisions = try DeviceLog(db: db, table: "decisions")
-            let judged = try DeviceLog(db: db, table: "judged")
+            let judgements = try DeviceLog(db: db, table: "judgements")
             let points = try DeviceLog(db: db, table: "points")
             let core = FilterCore()
             return Routes(
                 inputs: [.sequenced("raw", decode: { try RawFix(flat: $0) ?? JSONCoding.decoder.decode(RawFix.self, from: Data($0)) }) { raw, work in
                     for j in core.handle(raw, row: &work.row, rejectionEvents: .all) {
                         let fix = j.judged.fix
-                        try work.append(to: decisions, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, body: Array(JSONCoding.encode(j.decision)))
-                        try work.append(to: judged, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs, body: Array(JSONCoding.encode(j.judged)))
+                        try work.append(to: judgements, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
+                                        body: Array(JSONCoding.encode(LoggedJudgement(j, decision: true, point: true))))
                         if let point = j.point {
                             try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch),
                                           sessionID: fix.sessionID, timeMs: point.timeMs)

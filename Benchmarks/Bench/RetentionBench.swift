@@ -17,7 +17,7 @@ import TestSupport
 enum RetentionBench {
     /// Each service's tables, as the bench reports them.
     static let tables: [(service: String, tables: [String])] = [
-        ("gateway", ["raw_fixes", "sessions"]), ("filter", ["decisions", "judged", "points"]),
+        ("gateway", ["raw_fixes", "sessions"]), ("filter", ["judgements", "points"]),
         ("motion", ["motion", "crossings", "trips", "stops"]), ("track", ["points"]), ("uploader", ["queue"]),
     ]
 

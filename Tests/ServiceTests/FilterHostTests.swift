@@ -75,6 +75,58 @@ import Testing
         #expect(bus.events().contains { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } })
     }
 
+    @Test func theDecisionsAndTheJudgedFixesOfAnEarlierStoreMoveIntoOneLogAndReadAsTheyWere() throws {
+        // A store as the release before left it: the two logs apart, one fix in only one of them (a layer was off).
+        var before = Migrator()
+        for (name, sql) in HostStore.migrations + FilterStore.migrations.dropLast() { before.register(name, sql) }
+        let db = try Database(path: database.path)
+        _ = try before.migrate(db)
+        let decisions = [
+            #"{"accepted":true,"estimate":{"accuracyM":7.825587755538549,"latitude":48.137154,"longitude":11.576124},"reason":"accepted","seq":1,"timeMs":1790000000000}"#,
+            #"{"accepted":false,"limit":150,"measured":412.5,"reason":"isolated_jump","seq":2,"timeMs":1790000001000}"#,
+            #"{"accepted":true,"reason":"accepted","seq":3,"timeMs":1790000002000}"#,
+        ]
+        let judged = [
+            #"{"accepted":true,"accuracyM":5,"latitude":48.137154,"longitude":11.576124,"reason":"accepted","seq":1,"sessionID":"s","timeMs":1790000000000}"#,
+            #"{"accepted":false,"accuracyM":1e-07,"courseDeg":359.9,"latitude":-33.9,"longitude":151.2,"reason":"isolated_jump","seq":2,"speedMps":0.5,"timeMs":1790000001000}"#,
+            #"{"accepted":true,"accuracyM":3,"latitude":1,"longitude":2,"reason":"accepted","seq":4,"timeMs":1790000003000}"#,
+        ]
+        for (table, bodies, seqs) in [("decisions", decisions, [1, 2, 3]), ("judged", judged, [1, 2, 4])] {
+            for (body, seq) in zip(bodies, seqs) {
+                try db.run("INSERT INTO \(table) (device, seq, sessionID, timeMs, body) VALUES ('van1', ?, 's', ?, ?)",
+                           .integer(Int64(seq)), .integer(t0 + Int64(seq) * 1000), .text(body))
+            }
+        }
+
+        let filter = try host()  // migrates
+        defer { filter.close() }
+        let log = try DeviceLog(db: db, table: "judgements")
+        let van1 = DeviceID("van1")!
+        #expect(try log.page(van1, sessionID: nil, limit: 10, offset: 0, part: LoggedJudgement.decisionPart) == decisions)
+        #expect(try log.page(van1, sessionID: nil, limit: 10, offset: 0, part: LoggedJudgement.pointPart) == judged)
+        #expect(try log.page(van1, sessionID: "s", limit: 1, offset: 1, part: LoggedJudgement.pointPart) == [judged[1]])
+        #expect(try log.totalCount() == 4, "one row a fix")
+        #expect(try db.first("SELECT count(*) FROM sqlite_master WHERE name IN ('decisions', 'judged')") { $0.int(0) } == 0)
+    }
+
+    @Test func eachJudgedFixIsOneRowHoldingTheLayersThatAreOn() throws {
+        for (decisionLog, rawPoints) in [(true, true), (true, false), (false, true), (false, false)] {
+            let database = TemporaryDatabase("filter-layers")
+            let settings = try FilterSettings(.test(["decisionLog": .bool(decisionLog), "rawPoints": .bool(rawPoints)]))
+            let filter = try ServiceHost.inProcess(FilterService.definition(settings), path: database.path, bus: bus, clock: clock)
+            for i in 0..<3 { filter.receive(raw(Int64(i + 1), t: Double(i), y: Double(i) * 12)) }
+            #expect(filter.commit())
+            filter.close()
+            let db = try Database(path: database.path, readOnly: true)
+            let bodies = try db.query("SELECT body FROM judgements ORDER BY seq") { try JSONDecoder().decode(JSONValue.self, from: $0.data(0)) }
+            #expect(bodies.count == (decisionLog || rawPoints ? 3 : 0))
+            for body in bodies {
+                #expect((body["d"]?["reason"] != nil) == decisionLog)
+                #expect((body["p"]?["latitude"] != nil) == rawPoints)
+            }
+        }
+    }
+
     /// A device that reports every 10 s holds a fix at all times, each a new
     /// one: each waits its own look-ahead, counted from when it was held.
     @Test func eachHeldFixWaitsItsOwnLookAhead() throws {

@@ -33,6 +33,12 @@ import TrackCore
 
     static var samples: [Sample] {
         let trip = Trip(startMs: 1, startLatitude: 1, startLongitude: 2, startOdometerM: 3, sessionID: "s")
+        let judgement = Judgement(decision: Decision(seq: 7, timeMs: 9, accepted: false, reason: "isolated_jump",
+                                                     estimate: Estimate(latitude: 1, longitude: 2, accuracyM: 3), measured: 412.5, limit: 150),
+                                  judged: JudgedPoint(fix: FilterInput(seq: 7, sessionID: "s", timeMs: 9, latitude: 1, longitude: 2, accuracyM: 3,
+                                                                       speedMps: 4, courseDeg: 5, receivedMs: 10),
+                                                      accepted: false, reason: "isolated_jump"),
+                                  point: nil, announceRejection: true)
         var samples = [
             Sample(device), Sample(FixSource.ownTracks), Sample(MotionState.stopPending), Sample(Crossing.Kind.dwell), Sample(RegionTransition.Kind.leave),
             Sample(RegionTransition(region: "Home \"sweet\" ☃", event: .enter, timeMs: 1_793_197_938_000, latitude: 48.137, longitude: 11.575,
@@ -67,6 +73,9 @@ import TrackCore
                                                 courseDeg: 5, receivedMs: 10), accepted: false, reason: "isolated_jump")),
             Sample(JudgedPoint(fix: FilterInput(seq: 7, sessionID: nil, timeMs: 9, latitude: 1, longitude: 2, accuracyM: 3),
                                accepted: true, reason: "accepted")),
+            Sample(LoggedJudgement(judgement, decision: true, point: true)),
+            Sample(LoggedJudgement(judgement, decision: true, point: false)),
+            Sample(LoggedJudgement(judgement, decision: false, point: true)),
             Sample(LiveSession(id: "s", startMs: 1, distanceM: 2, durationSec: 3, points: 4, maxSpeedMps: 5)),
             Sample(LiveFrame(device: device, timeMs: 9, latitude: 48.137154, longitude: 11.576124, accuracyM: 7.5, speedMps: 13.2,
                              headingDeg: 263.6, motion: .moving, tail: [[48.1, 11.5], [48.137154, 11.576124]],

@@ -61,18 +61,17 @@ enum FilterService {
                         let args = try command.arguments(PageArgs.self)
                         let page = try args.validated()
                         guard decisionLog else { throw CommandError(.notReady, "the decision log is off (decisionLog: false)") }
-                        return try query.page("decisions", sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                        return try query.page("judgements", part: LoggedJudgement.decisionPart, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                     },
                     .query("getRawPoints") { [rawPoints = settings.rawPoints] command, query in
                         let args = try command.arguments(PageArgs.self)
                         let page = try args.validated()
                         guard rawPoints else { throw CommandError(.notReady, "judged points are off (rawPoints: false)") }
-                        return try query.page("judged", sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                        return try query.page("judgements", part: LoggedJudgement.pointPart, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                     },
                 ],
                 outbox: OutboxRoute(log: store.points) { $0.points($1) },
-                retention: [LogRetention(store.decisions, keepPerDevice: keep, maxTotal: total),
-                            LogRetention(store.judged, keepPerDevice: keep, maxTotal: total),
+                retention: [LogRetention(store.judgements, keepPerDevice: keep, maxTotal: total),
                             LogRetention(store.points, keepPerDevice: keep, maxTotal: total)],
                 // Fixes waiting for later ones (a held sparse fix, the smoothing
                 // lag) are published once the device has been silent too long.
@@ -106,13 +105,10 @@ enum FilterService {
     private static func record(_ judgements: [Judgement], _ work: Work<FilterRow>, store: FilterStore, settings: FilterSettings) throws {
         for judgement in judgements {
             let fix = judgement.judged.fix
-            if settings.decisionLog {
-                try work.append(to: store.decisions, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
-                                body: Array(JSONCoding.encode(judgement.decision)))
-            }
-            if settings.rawPoints {
-                try work.append(to: store.judged, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
-                                body: Array(JSONCoding.encode(judgement.judged)))
+            if settings.decisionLog || settings.rawPoints {
+                let logged = LoggedJudgement(judgement, decision: settings.decisionLog, point: settings.rawPoints)
+                try work.append(to: store.judgements, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
+                                body: Array(JSONCoding.encode(logged)))
             }
             if let point = judgement.point {
                 try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: fix.reading,

@@ -4,11 +4,11 @@ import Model
 import Runtime
 import Store
 
-/// The filter's own tables: the decision log, the judged fixes (layer 3)
-/// and the points outbox, all DeviceLogs. Device rows live in the host's table.
+/// The filter's own tables: the judgements (the decision log and the judged
+/// fixes, layer 3, one row a fix) and the points outbox, both DeviceLogs.
+/// Device rows live in the host's table.
 final class FilterStore {
-    let decisions: DeviceLog
-    let judged: DeviceLog
+    let judgements: DeviceLog
     let points: DeviceLog
 
     static let migrations: [(name: String, sql: String)] = [
@@ -50,14 +50,30 @@ final class FilterStore {
             """),
         // The logs become append-ordered (DeviceLog): a fix's bodies go to the tables' ends, not into its device's pages.
         ("6-append-ordered-logs", DeviceLog.reshape("decisions") + DeviceLog.reshape("judged") + DeviceLog.reshape("points")),
+        // The decision log and the judged fixes become one log, each body holding both as parts
+        // `d` and `p` (LoggedJudgement): one row a fix, not two. Bodies move as they were.
+        ("7-one-judgement-log", DeviceLog.schema("judgements") + """
+
+            INSERT INTO judgements (device, seq, sessionID, timeMs, body)
+            SELECT device, seq, sessionID, timeMs, body FROM (
+                SELECT j.device, j.seq, j.sessionID, j.timeMs,
+                       CASE WHEN d.body IS NULL THEN json_object('p', json(j.body))
+                            ELSE json_object('d', json(d.body), 'p', json(j.body)) END AS body
+                FROM judged j LEFT JOIN decisions d ON d.device = j.device AND d.seq = j.seq
+                UNION ALL
+                SELECT d.device, d.seq, d.sessionID, d.timeMs, json_object('d', json(d.body))
+                FROM decisions d WHERE NOT EXISTS (SELECT 1 FROM judged j WHERE j.device = d.device AND j.seq = d.seq)
+            ) ORDER BY timeMs, device, seq;
+            DROP TABLE decisions;
+            DROP TABLE judged;
+            """),
     ]
 
     let db: Database
 
     init(db: Database) throws {
         self.db = db
-        decisions = try DeviceLog(db: db, table: "decisions")
-        judged = try DeviceLog(db: db, table: "judged")
+        judgements = try DeviceLog(db: db, table: "judgements")
         points = try DeviceLog(db: db, table: "points")
     }
 

@@ -66,6 +66,35 @@ extension JudgedPoint: JSONWritable {
     }
 }
 
+/// One judged fix as the filter's judgement log keeps it: its decision
+/// (what `getDecisions` serves) and its judged point (`getRawPoints`) as the
+/// parts `d` and `p` of one body, each written as it is served. One row a
+/// fix instead of one in each of two logs; a layer that is off is left out.
+public struct LoggedJudgement: Encodable, JSONWritable {
+    public static let decisionPart = Part.d.rawValue, pointPart = Part.p.rawValue
+    public let judgement: Judgement
+    public let decision: Bool, point: Bool
+
+    public init(_ judgement: Judgement, decision: Bool, point: Bool) {
+        self.judgement = judgement; self.decision = decision; self.point = point
+    }
+
+    public enum Part: String, CodingKey { case d, p }
+
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: Part.self)
+        if decision { try c.encode(judgement.decision, forKey: .d) }
+        if point { try c.encode(judgement.judged, forKey: .p) }
+    }
+
+    public func write(to w: inout JSONWriter) {
+        w.beginObject()
+        if decision { w.field("d", judgement.decision) }
+        if point { w.field("p", judgement.judged) }
+        w.endObject()
+    }
+}
+
 /// Everything the filter decided about one raw fix.
 public struct Judgement: Sendable, Equatable {
     public var decision: Decision

@@ -65,19 +65,25 @@ public final class DeviceLog {
 
     /// A page of bodies, oldest first, cut short once it holds `maxBytes`
     /// (then `nextOffset` says where the next page starts).
-    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, maxBytes: Int) throws -> JSONPage {
-        JSONPage(bounding: try page(device, sessionID: sessionID, limit: limit, offset: offset), offset: offset, maxBytes: maxBytes)
+    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, maxBytes: Int, part: String? = nil) throws -> JSONPage {
+        JSONPage(bounding: try page(device, sessionID: sessionID, limit: limit, offset: offset, part: part), offset: offset, maxBytes: maxBytes)
     }
 
     /// A page of bodies, oldest first, for one device or one of its sessions.
-    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int) throws -> [String] {
-        if let sessionID {
-            return try db.query("""
-                SELECT body FROM \(table) WHERE device = ? AND sessionID = ? ORDER BY seq LIMIT ? OFFSET ?
-                """, [.text(device.rawValue), .text(sessionID), .int(limit), .int(offset)]) { $0.string(0) }
+    /// With `part`, bodies are JSON objects holding parts by name: the page
+    /// is that member of the bodies that have it, as it was written.
+    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, part: String? = nil) throws -> [String] {
+        var value = "body", having = "", arguments: [SQLValue] = [.text(device.rawValue)]
+        if let part {
+            // A path, not a string spliced into the SQL.
+            value = "json_extract(body, ?)"
+            having = " AND json_type(body, ?) IS NOT NULL"
+            arguments = [.text("$.\"\(part)\"")] + arguments + [.text("$.\"\(part)\"")]
         }
-        return try db.query("SELECT body FROM \(table) WHERE device = ? ORDER BY seq LIMIT ? OFFSET ?",
-                            [.text(device.rawValue), .int(limit), .int(offset)]) { $0.string(0) }
+        let session = sessionID == nil ? "" : " AND sessionID = ?"
+        if let sessionID { arguments.append(.text(sessionID)) }
+        return try db.query("SELECT \(value) FROM \(table) WHERE device = ?\(having)\(session) ORDER BY seq LIMIT ? OFFSET ?",
+                            arguments + [.int(limit), .int(offset)]) { $0.string(0) }
     }
 
     /// Entries above `seq`, oldest first.

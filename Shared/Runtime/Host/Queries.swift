@@ -49,9 +49,10 @@ public final class QueryContext {
     /// One of the service's logs, read through this connection.
     public func log(_ table: String) throws -> DeviceLog { try logs(table) }
 
-    /// A page of a log as the reply, bounded in items and bytes.
-    public func page(_ table: String, sessionID: String?, limit: Int, offset: Int) throws -> QueryResult {
-        .page(try log(table).page(device, sessionID: sessionID, limit: limit, offset: offset, maxBytes: maxReplyBytes))
+    /// A page of a log as the reply, bounded in items and bytes: the bodies,
+    /// or one named part of those that have it (`DeviceLog.page`).
+    public func page(_ table: String, part: String? = nil, sessionID: String?, limit: Int, offset: Int) throws -> QueryResult {
+        .page(try log(table).page(device, sessionID: sessionID, limit: limit, offset: offset, maxBytes: maxReplyBytes, part: part))
     }
 }
 
