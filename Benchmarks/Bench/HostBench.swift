@@ -73,7 +73,8 @@ enum HostBench {
                     }
                 }],
                 commands: [CommandRoute("getDecisions") { _, _ in 0 }, CommandRoute("getRawPoints") { _, _ in 0 }],
-                outbox: OutboxRoute(log: points) { $0.points($1) })
+                outbox: OutboxRoute(log: points) { $0.points($1) },
+                startOver: { _, _ in FilterRow() })
         }
     }
 }

@@ -10,10 +10,9 @@ import TestSupport
 /// `MEMORY_WARMUP=K` first has every device send K fixes, outside the timed
 /// run (the memory and the messages per commit still count them).
 enum MemoryBench {
-    /// Fixes the publisher keeps unacknowledged (MEMORY_WINDOW): a fleet at full speed, or a gentler one.
-    static let window = ProcessInfo.processInfo.environment["MEMORY_WINDOW"].flatMap(Int.init) ?? 5_000
-
     static func run(count: Int, devices: Int) async throws {
+        // MEMORY_WINDOW=N: fixes the publisher keeps unacknowledged (a fleet at full speed, or a gentler one).
+        let window = try environmentNumber("MEMORY_WINDOW", minimum: 1) ?? 5_000
         // Health every 0.2 s: the run ends when a health report says every fix was judged, so
         // its interval bounds the error of the time measured (at 1 s, 9 % of a 11 s run).
         var config: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
@@ -32,7 +31,7 @@ enum MemoryBench {
             for i in fixes {
                 let device = i % devices, round = first + i / devices
                 let fix = #"{"t":\#(1_793_197_938 + round),"lat":\#(48.1 + Double(device % 1000) * 1e-3 + Double(round) * 1e-5),"lon":\#(11.5 + Double(device / 1000) * 1e-3),"acc":8,"speed":1.2,"course":90}"#
-                try await publisher.publish(inFlightBelow: Self.window, MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
+                try await publisher.publish(inFlightBelow: window, MQTTMessage(topic: "tracker/m\(device)/fixes", string: fix))
             }
             await publisher.drain(timeout: .seconds(600))
         }

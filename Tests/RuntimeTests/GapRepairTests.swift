@@ -20,7 +20,8 @@ private func pointProducer() -> ServiceDefinition<Tally> {
             }],
             commands: [CommandRoute("getDecisions") { _, _ in 0 }, CommandRoute("getRawPoints") { _, _ in 0 }],
             outbox: OutboxRoute(log: points) { $0.points($1) },
-            retention: [LogRetention(points, keepPerDevice: 1_000)])
+            retention: [LogRetention(points, keepPerDevice: 1_000)],
+            startOver: { _, _ in Tally() })  // a point's seq is its fix's
     }
 }
 

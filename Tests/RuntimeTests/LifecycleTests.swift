@@ -109,7 +109,8 @@ final class Journal: Sendable {
                     return .value("released")
                 },
                 .query("getRawPoints") { _, _ in .value("read") },
-            ], outbox: OutboxRoute(log: try DeviceLog(db: db, table: "items")) { "\($0.prefix)/\($1)/points" })
+            ], outbox: OutboxRoute(log: try DeviceLog(db: db, table: "items")) { "\($0.prefix)/\($1)/points" },
+            startOver: { _, _ in Tally() })
         }
     }
 

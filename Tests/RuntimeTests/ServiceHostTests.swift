@@ -45,7 +45,8 @@ func tallyService(keep: Int = 1_000, maxTotal: Int? = nil) -> ServiceDefinition<
                 CommandRoute("getRawPoints") { _, _ in throw CommandError(.notReady, "off") },
             ],
             outbox: OutboxRoute(log: items) { "\($0.prefix)/\($1)/points" },
-            retention: [LogRetention(items, keepPerDevice: keep, maxTotal: maxTotal)])
+            retention: [LogRetention(items, keepPerDevice: keep, maxTotal: maxTotal)],
+            startOver: { _, _ in Tally() })  // an item's seq is its input's
     }
 }
 

@@ -117,6 +117,11 @@ import Testing
             gateway.close()
         }
         let session = try #require(bus.decoded(RawFix.self, topicSuffix: "van1/raw").last?.sessionID)
+        // What the stored tables tell of the device's sessions, for a row that cannot be read.
+        let told = try GatewayStore(db: Database(path: database.path), sessionsPerDevice: 10, sessionsTotal: 100).sessionsFromTables(of: DeviceID("van1")!)
+        #expect(told.current?.id == session)
+        #expect(told.lastFixMs == Int64((t + 2) * 1000))
+        #expect(told.lastReceivedMs == clock.nowMs())
         // As a newer release leaves it (version 9), after a downgrade.
         let unreadable: [UInt8] = [0xF1, 9, 7, 7]
         try Database(path: database.path).run("UPDATE host_devices SET row = ? WHERE device = 'van1'", .blob(unreadable))

@@ -5,6 +5,7 @@ import Model
 @testable import Motion
 import MotionCore
 @testable import Runtime
+import Store
 import TestSupport
 import Testing
 
@@ -58,6 +59,34 @@ import Testing
         for t in 0...100 { seq += 1; motion.receive(point(seq, t: Double(t), x: Double(t) * 10, speed: 10)) }
         for t in stride(from: 160, through: 200, by: 1) { seq += 1; motion.receive(point(seq, t: Double(t), x: 1_600 + Double(t - 160) * 10, speed: 10)) }
         for t in stride(from: 205, through: 700, by: 5) { seq += 1; motion.receive(point(seq, t: Double(t), x: 2_000, speed: 0)) }
+    }
+
+    @Test func aDeviceWhoseRowCannotBeReadNumbersItsMotionOnAndKeepsItsRoute() throws {
+        func states() -> [MotionMessage] { bus.decoded(MotionMessage.self, topicSuffix: "van1/motion") }
+        do {
+            let motion = try host()
+            let (lat, lon) = frame.toGeo(x: 5_000, y: 0)
+            motion.receive(command("setActiveRoute", #"{"points":[{"latitude":48.1,"longitude":11.5},{"latitude":\#(lat),"longitude":\#(lon)}]}"#))
+            drive(motion)  // moving, then stopped: two states
+            #expect(motion.commit())
+            motion.close()
+        }
+        let sent = states().map(\.seq)
+        #expect(sent.count >= 2)
+        try Database(path: database.path).run("UPDATE host_devices SET row = x'F1630000' WHERE device = 'van1'")
+        bus.clear()
+
+        let motion = try host()
+        defer { motion.close() }
+        for t in 0...10 { motion.receive(point(Int64(500 + t), t: 800 + Double(t), x: 2_000 + Double(t) * 10, speed: 10)) }
+        #expect(motion.commit())
+        #expect(states().map(\.seq).first == sent.last! + 1, "a consumer takes it: numbered after the last state sent")
+        #expect(events().contains { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } })
+        let stored = try #require(try Database(path: database.path, readOnly: true)
+            .first("SELECT row FROM host_devices WHERE device = 'van1'") { $0.data(0) })
+        let row = try MotionDeviceRow.restored(from: stored, using: JSONCoding.decoder)
+        #expect(row.route != nil, "the route stays armed")
+        #expect(row.motionSeq == states().last?.seq)
     }
 
     @Test func aDriveThroughFencesReportsEveryVisitOnceWithItsTime() throws {

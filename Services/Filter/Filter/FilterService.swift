@@ -44,7 +44,7 @@ enum FilterService {
             return (row, restarted ? "saved filter state is in a shape this version cannot read (see SavedState.swift); the filter restarts, odometer kept" : nil)
         }, binary: true)
         return ServiceDefinition(name: "filter", migrations: FilterStore.migrations, rows: rows) { db in
-            let store = try FilterStore(db: db)
+            let store = try FilterStore(db: db, decisionLayer: settings.decisionLog, pointLayer: settings.rawPoints)
             let core = FilterCore(profile: settings.profile)
             let keep = settings.retentionPerDevice, total = settings.retentionTotal
             return Routes(
@@ -61,13 +61,13 @@ enum FilterService {
                         let args = try command.arguments(PageArgs.self)
                         let page = try args.validated()
                         guard decisionLog else { throw CommandError(.notReady, "the decision log is off (decisionLog: false)") }
-                        return try query.page("judgements", part: LoggedJudgement.decisionPart, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                        return try FilterStore.page(query, part: LoggedJudgement.decisionPart, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                     },
                     .query("getRawPoints") { [rawPoints = settings.rawPoints] command, query in
                         let args = try command.arguments(PageArgs.self)
                         let page = try args.validated()
                         guard rawPoints else { throw CommandError(.notReady, "judged points are off (rawPoints: false)") }
-                        return try query.page("judgements", part: LoggedJudgement.pointPart, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
+                        return try FilterStore.page(query, part: LoggedJudgement.pointPart, sessionID: args.sessionID, limit: page.limit, offset: page.offset)
                     },
                 ],
                 outbox: OutboxRoute(log: store.points) { $0.points($1) },
@@ -86,7 +86,13 @@ enum FilterService {
                     }
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
                     try noteWaiting(work, before: waiting, core: core, store: store)
-                }) : nil)
+                }) : nil,
+                // A point takes its raw fix's seq: a device that starts over numbers nothing of its own.
+                // Its fresh row holds no fix waiting.
+                startOver: { device, _ in
+                    try store.noteWaiting(device, due: nil)
+                    return FilterRow()
+                })
         }
     }
 

@@ -51,19 +51,28 @@ final class FilterStore {
         // The logs become append-ordered (DeviceLog): a fix's bodies go to the tables' ends, not into its device's pages.
         ("6-append-ordered-logs", DeviceLog.reshape("decisions") + DeviceLog.reshape("judged") + DeviceLog.reshape("points")),
         // The decision log and the judged fixes become one log, each body holding both as parts
-        // `d` and `p` (LoggedJudgement): one row a fix, not two. Bodies move as they were.
+        // `d` and `p` (LoggedJudgement): one row a fix, not two. Bodies move as they were, in the
+        // order they were written (rowid order: no sort, whatever the size of the logs). A part
+        // some row lacks (its layer was off) is noted, so only then do queries look into bodies.
         ("7-one-judgement-log", DeviceLog.schema("judgements") + """
 
+            CREATE TABLE judgement_parts_missing (part TEXT PRIMARY KEY) WITHOUT ROWID;
+            INSERT INTO judgement_parts_missing (part)
+            SELECT 'd' WHERE EXISTS (SELECT 1 FROM judged j
+                                     WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.device = j.device AND d.seq = j.seq))
+            UNION ALL
+            SELECT 'p' WHERE EXISTS (SELECT 1 FROM decisions d
+                                     WHERE NOT EXISTS (SELECT 1 FROM judged j WHERE j.device = d.device AND j.seq = d.seq));
             INSERT INTO judgements (device, seq, sessionID, timeMs, body)
-            SELECT device, seq, sessionID, timeMs, body FROM (
-                SELECT j.device, j.seq, j.sessionID, j.timeMs,
-                       CASE WHEN d.body IS NULL THEN json_object('p', json(j.body))
-                            ELSE json_object('d', json(d.body), 'p', json(j.body)) END AS body
-                FROM judged j LEFT JOIN decisions d ON d.device = j.device AND d.seq = j.seq
-                UNION ALL
-                SELECT d.device, d.seq, d.sessionID, d.timeMs, json_object('d', json(d.body))
-                FROM decisions d WHERE NOT EXISTS (SELECT 1 FROM judged j WHERE j.device = d.device AND j.seq = d.seq)
-            ) ORDER BY timeMs, device, seq;
+            SELECT j.device, j.seq, j.sessionID, j.timeMs,
+                   CASE WHEN d.body IS NULL THEN json_object('p', json(j.body))
+                        ELSE json_object('d', json(d.body), 'p', json(j.body)) END
+            FROM judged j LEFT JOIN decisions d ON d.device = j.device AND d.seq = j.seq
+            ORDER BY j.id;
+            INSERT INTO judgements (device, seq, sessionID, timeMs, body)
+            SELECT d.device, d.seq, d.sessionID, d.timeMs, json_object('d', json(d.body))
+            FROM decisions d WHERE NOT EXISTS (SELECT 1 FROM judged j WHERE j.device = d.device AND j.seq = d.seq)
+            ORDER BY d.id;
             DROP TABLE decisions;
             DROP TABLE judged;
             """),
@@ -71,10 +80,22 @@ final class FilterStore {
 
     let db: Database
 
-    init(db: Database) throws {
+    /// `decision`/`point`: whether the layer is on. One that is off leaves
+    /// its part out of the rows from now on, which is noted for the queries.
+    init(db: Database, decisionLayer: Bool = true, pointLayer: Bool = true) throws {
         self.db = db
         judgements = try DeviceLog(db: db, table: "judgements")
+        for (part, on) in [(LoggedJudgement.decisionPart, decisionLayer), (LoggedJudgement.pointPart, pointLayer)] where !on {
+            try db.run("INSERT OR IGNORE INTO judgement_parts_missing (part) VALUES (?)", .text(part))
+        }
         points = try DeviceLog(db: db, table: "points")
+    }
+
+    /// A page of one part of the judgements (`LoggedJudgement`): read from
+    /// inside the bodies only when some row lacks that part.
+    static func page(_ query: QueryContext, part: String, sessionID: String?, limit: Int, offset: Int) throws -> QueryResult {
+        let someLack = try query.db.first("SELECT 1 FROM judgement_parts_missing WHERE part = ?", [.text(part)]) { _ in true } ?? false
+        return try query.page("judgements", part: part, onlyWherePresent: someLack, sessionID: sessionID, limit: limit, offset: offset)
     }
 
     /// The device has fixes waiting, to look at again at `dueMs` (wall

@@ -100,9 +100,9 @@ enum GatewayService {
                 }, apply: handler.sweep),
                 answersUnknownCommands: true,
                 // Numbering goes on past every raw fix sent (its consumers skip a seq they applied);
-                // the open session, kept in its own table, goes on too.
+                // the open session, kept in its own table, goes on too, with its newest fix from the ring.
                 startOver: { device, lastSent in
-                    GatewayRow(lastSeq: lastSent, sessions: DeviceSessions(current: try store.openSession(of: device)))
+                    GatewayRow(lastSeq: lastSent, sessions: try store.sessionsFromTables(of: device))
                 })
         }
         // Partitioned, a user's devices are in different partitions: the ingress counts them all.

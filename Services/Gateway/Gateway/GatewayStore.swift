@@ -136,12 +136,21 @@ final class GatewayStore {
         try db.first("SELECT id, device, tag, startMs, endMs, auto FROM sessions WHERE id = ?", [.text(id)], map: Self.session) ?? nil
     }
 
-    /// The device's newest session still open, if any.
-    func openSession(of device: DeviceID) throws -> Session? {
-        try db.first("""
+    /// The device's sessions as its stored tables tell them, for a device
+    /// whose row could not be read: its newest session still open, with the
+    /// newest fix's time in it and when the newest raw fix arrived (from the ring).
+    func sessionsFromTables(of device: DeviceID) throws -> DeviceSessions {
+        let open = try db.first("""
             SELECT id, device, tag, startMs, endMs, auto FROM sessions WHERE device = ? AND endMs IS NULL
             ORDER BY startMs DESC, id DESC LIMIT 1
             """, [.text(device.rawValue)], map: Self.session) ?? nil
+        guard let open else { return DeviceSessions() }
+        let lastFixMs = try db.first("SELECT max(timeMs) FROM raw_fixes WHERE device = ? AND sessionID = ?",
+                                     [.text(device.rawValue), .text(open.id)]) { $0.optionalInt64(0) } ?? nil
+        let lastReceivedMs = try db.first("""
+            SELECT json_extract(body, '$.receivedMs') FROM raw_fixes WHERE device = ? ORDER BY seq DESC LIMIT 1
+            """, [.text(device.rawValue)]) { $0.optionalInt64(0) } ?? nil
+        return DeviceSessions(current: open, lastFixMs: lastFixMs, lastReceivedMs: lastReceivedMs)
     }
 
     /// Sessions overlapping [fromMs, toMs], oldest first.

@@ -68,7 +68,16 @@ enum MotionService {
                 outbox: OutboxRoute(log: store.motion) { $0.motion($1) },
                 retention: [LogRetention(store.motion, keepPerDevice: settings.retentionPerDevice, maxTotal: settings.retentionTotal)],
                 sweep: SweepRoute(every: .seconds(1), candidates: { try store.devicesDue(byMs: $0) }, apply: handler.sweep),
-                batchAbandoned: handler.forgetCaches)
+                batchAbandoned: handler.forgetCaches,
+                // Motion states number on past the last one sent (its consumers skip a seq they applied).
+                // The active route, kept in its own table, stays armed; the fresh row has no timer.
+                startOver: { device, lastSent in
+                    var row = MotionDeviceRow()
+                    row.motionSeq = lastSent
+                    if try store.route(device) != nil { row.route = RouteProgress() }
+                    try store.setTimer(device, dueMs: nil)
+                    return row
+                })
         }
     }
 }

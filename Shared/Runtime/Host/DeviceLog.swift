@@ -65,20 +65,29 @@ public final class DeviceLog {
 
     /// A page of bodies, oldest first, cut short once it holds `maxBytes`
     /// (then `nextOffset` says where the next page starts).
-    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, maxBytes: Int, part: String? = nil) throws -> JSONPage {
-        JSONPage(bounding: try page(device, sessionID: sessionID, limit: limit, offset: offset, part: part), offset: offset, maxBytes: maxBytes)
+    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, maxBytes: Int, part: String? = nil,
+                     onlyWherePresent: Bool = false) throws -> JSONPage {
+        JSONPage(bounding: try page(device, sessionID: sessionID, limit: limit, offset: offset, part: part, onlyWherePresent: onlyWherePresent),
+                 offset: offset, maxBytes: maxBytes)
     }
 
     /// A page of bodies, oldest first, for one device or one of its sessions.
     /// With `part`, bodies are JSON objects holding parts by name: the page
-    /// is that member of the bodies that have it, as it was written.
-    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, part: String? = nil) throws -> [String] {
+    /// is that member of each, as it was written. Where some bodies lack it,
+    /// `onlyWherePresent` skips them; that reads every body the offset passes
+    /// over, where otherwise only the index is read.
+    public func page(_ device: DeviceID, sessionID: String?, limit: Int, offset: Int, part: String? = nil,
+                     onlyWherePresent: Bool = false) throws -> [String] {
         var value = "body", having = "", arguments: [SQLValue] = [.text(device.rawValue)]
         if let part {
             // A path, not a string spliced into the SQL.
+            let path = SQLValue.text("$.\"\(part)\"")
             value = "json_extract(body, ?)"
-            having = " AND json_type(body, ?) IS NOT NULL"
-            arguments = [.text("$.\"\(part)\"")] + arguments + [.text("$.\"\(part)\"")]
+            arguments = [path] + arguments
+            if onlyWherePresent {
+                having = " AND json_type(body, ?) IS NOT NULL"
+                arguments.append(path)
+            }
         }
         let session = sessionID == nil ? "" : " AND sessionID = ?"
         if let sessionID { arguments.append(.text(sessionID)) }

@@ -33,9 +33,10 @@ public final class HostStore {
         }),
         // A device's row this release cannot read (damaged, or written by a
         // newer release) is moved here as it was, and the device starts over.
+        // One a device (the first): bounded by the fleet, however often it recurs.
         ("host-3-set-aside", """
             CREATE TABLE host_set_aside (
-                id INTEGER PRIMARY KEY, device TEXT NOT NULL, row BLOB NOT NULL, error TEXT NOT NULL, atMs INTEGER NOT NULL
+                device TEXT PRIMARY KEY, row BLOB NOT NULL, error TEXT NOT NULL, atMs INTEGER NOT NULL
             );
             """),
     ]
@@ -79,9 +80,10 @@ public final class HostStore {
         try save.run(.text(device.rawValue), binary ? .blob(row) : .utf8(row), .blob(inputs), .integer(ackedThrough))
     }
 
-    /// Keeps an unreadable row as it was stored, with why it could not be read.
+    /// Keeps an unreadable row as it was stored, with why it could not be
+    /// read; a device's first is kept, a later one is not.
     func setAside(_ device: DeviceID, row: Data, error: String, atMs: Int64) throws {
-        try db.run("INSERT INTO host_set_aside (device, row, error, atMs) VALUES (?, ?, ?, ?)",
+        try db.run("INSERT OR IGNORE INTO host_set_aside (device, row, error, atMs) VALUES (?, ?, ?, ?)",
                    .text(device.rawValue), .blob(Array(row)), .text(error), .integer(atMs))
     }
 

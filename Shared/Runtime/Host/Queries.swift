@@ -50,9 +50,11 @@ public final class QueryContext {
     public func log(_ table: String) throws -> DeviceLog { try logs(table) }
 
     /// A page of a log as the reply, bounded in items and bytes: the bodies,
-    /// or one named part of those that have it (`DeviceLog.page`).
-    public func page(_ table: String, part: String? = nil, sessionID: String?, limit: Int, offset: Int) throws -> QueryResult {
-        .page(try log(table).page(device, sessionID: sessionID, limit: limit, offset: offset, maxBytes: maxReplyBytes, part: part))
+    /// or one named part of each (`DeviceLog.page`).
+    public func page(_ table: String, part: String? = nil, onlyWherePresent: Bool = false, sessionID: String?, limit: Int,
+                     offset: Int) throws -> QueryResult {
+        .page(try log(table).page(device, sessionID: sessionID, limit: limit, offset: offset, maxBytes: maxReplyBytes, part: part,
+                                  onlyWherePresent: onlyWherePresent))
     }
 }
 

@@ -51,9 +51,17 @@ extension ServiceHost {
             }
             return
         }
+        func storeFailed(_ error: any Error) {
+            logger.error("command failed", ["command": name, "device": device.rawValue, "error": "\(error)"])
+            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.internal, "store failed: \(error)"))))
+            // SQLite may have ended the whole batch with it.
+            if db.isAutocommit { fail(error, culprit: nil) }
+        }
+        // The device's state first: what loading it said (a row set aside) stands whatever the command does.
+        let work: Work<Row>
+        do { work = try self.work(device) } catch { return storeFailed(error) }
         let mark = batch.effects.mark
         do {
-            let work = try self.work(device)
             let result = try db.transaction { try JSONValue(encoding: run(command, work)) }
             cache.modify(device, work.store)
             batch.effects.items.append(.reply(command, .success(id: id, result)))
@@ -62,10 +70,7 @@ extension ServiceHost {
             batch.effects.items.append(.reply(command, .failure(id: id, error)))
         } catch {
             batch.effects.rewind(to: mark)
-            logger.error("command failed", ["command": name, "device": device.rawValue, "error": "\(error)"])
-            batch.effects.items.append(.reply(command, .failure(id: id, CommandError(.internal, "store failed: \(error)"))))
-            // SQLite may have ended the whole batch with it.
-            if db.isAutocommit { fail(error, culprit: nil) }
+            storeFailed(error)
         }
     }
 

@@ -118,6 +118,11 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         storeIsNew = identity.created
         rows = definition.rows
         var routes = try definition.wire(db)
+        // A producer whose device starts over must number on past what it sent: said by the service, never assumed.
+        if routes.outbox != nil, routes.startOver == nil {
+            throw ConfigError("startOver", "\(name) has an outbox but no startOver: the row a device starts over with when its "
+                              + "stored row cannot be read must number on past the last seq sent")
+        }
         stream = routes.outbox == nil ? nil : InternalStream.produced(by: name)
         if let stream, let outbox = routes.outbox { routes.commands.append(Self.repairRoute(stream, log: outbox.log, epoch: epoch)) }
         self.routes = routes
@@ -343,16 +348,22 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// A row that does not decode never decodes: retrying its batch would
     /// stall the service for good. It is kept aside as it was, the device
     /// starts over (a producer numbering on past what it sent), and that is
-    /// said loudly: a log line, health's `rowsSetAside`, and a `diagnostic`.
+    /// said loudly once the batch is stored: a log line, health's
+    /// `rowsSetAside`, and a `diagnostic`.
     private func startOver(_ device: DeviceID, unreadable: Data, ackedThrough: Int64, error: any Error) throws -> Row {
+        // Only within the batch: set aside and written over together, or neither.
+        guard db.hasOpenBatch else { throw error }
         let lastSent = max(ackedThrough, try routes.outbox?.log.newestSeq(device) ?? 0)
         let row = try routes.startOver?(device, lastSent) ?? rows.fresh()
-        try store.setAside(device, row: unreadable, error: "\(error)", atMs: clock.nowMs())
-        counters.count("rowsSetAside")
-        logger.error("a device's stored state cannot be read; it is set aside and the device starts over",
-                     ["device": device.rawValue, "error": "\(error)", "lastSent": "\(lastSent)"])
+        let reason = "\(error)"
+        try store.setAside(device, row: unreadable, error: reason, atMs: clock.nowMs())
+        batch.effects.items.append(.count("rowsSetAside", 1))
+        batch.effects.items.append(.afterCommit { [logger] in
+            logger.error("a device's stored state cannot be read; it is set aside and the device starts over",
+                         ["device": device.rawValue, "error": reason, "lastSent": "\(lastSent)"])
+        })
         batch.effects.items.append(.publish(event(device, .diagnostic(code: "stateSetAside", message:
-            "\(name): this device's stored state cannot be read (\(error)); it is kept in host_set_aside and the device starts over"
+            "\(name): this device's stored state cannot be read (\(reason)); it is kept in host_set_aside and the device starts over"
             + (routes.outbox == nil ? "" : ", numbering on after seq \(lastSent)")))))
         return row
     }
