@@ -44,7 +44,7 @@ enum FilterService {
             return (row, restarted ? "saved filter state is in a shape this version cannot read (see SavedState.swift); the filter restarts, odometer kept" : nil)
         }, binary: true)
         return ServiceDefinition(name: "filter", migrations: FilterStore.migrations, rows: rows) { db in
-            let store = try FilterStore(db: db, decisionLayer: settings.decisionLog, pointLayer: settings.rawPoints)
+            let store = try FilterStore(db: db)
             let core = FilterCore(profile: settings.profile)
             let keep = settings.retentionPerDevice, total = settings.retentionTotal
             return Routes(
@@ -115,6 +115,8 @@ enum FilterService {
                 let logged = LoggedJudgement(judgement, decision: settings.decisionLog, point: settings.rawPoints)
                 try work.append(to: store.judgements, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
                                 body: Array(JSONCoding.encode(logged)))
+                if !settings.decisionLog { try store.notePartMissing(work.device, part: LoggedJudgement.decisionPart) }
+                if !settings.rawPoints { try store.notePartMissing(work.device, part: LoggedJudgement.pointPart) }
             }
             if let point = judgement.point {
                 try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch, measured: fix.reading,

@@ -52,17 +52,18 @@ final class FilterStore {
         ("6-append-ordered-logs", DeviceLog.reshape("decisions") + DeviceLog.reshape("judged") + DeviceLog.reshape("points")),
         // The decision log and the judged fixes become one log, each body holding both as parts
         // `d` and `p` (LoggedJudgement): one row a fix, not two. Bodies move as they were, in the
-        // order they were written (rowid order: no sort, whatever the size of the logs). A part
-        // some row lacks (its layer was off) is noted, so only then do queries look into bodies.
+        // order they were written (rowid order: no sort, whatever the size of the logs). A device
+        // with a row that lacks a part (its layer was off) is noted, so only its queries look into
+        // bodies; the note is the device's, so it moves with it when stores are repartitioned.
         ("7-one-judgement-log", DeviceLog.schema("judgements") + """
 
-            CREATE TABLE judgement_parts_missing (part TEXT PRIMARY KEY) WITHOUT ROWID;
-            INSERT INTO judgement_parts_missing (part)
-            SELECT 'd' WHERE EXISTS (SELECT 1 FROM judged j
-                                     WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.device = j.device AND d.seq = j.seq))
-            UNION ALL
-            SELECT 'p' WHERE EXISTS (SELECT 1 FROM decisions d
-                                     WHERE NOT EXISTS (SELECT 1 FROM judged j WHERE j.device = d.device AND j.seq = d.seq));
+            CREATE TABLE judgement_parts_missing (device TEXT NOT NULL, part TEXT NOT NULL, PRIMARY KEY (device, part)) WITHOUT ROWID;
+            INSERT INTO judgement_parts_missing (device, part)
+            SELECT DISTINCT j.device, 'd' FROM judged j
+            WHERE NOT EXISTS (SELECT 1 FROM decisions d WHERE d.device = j.device AND d.seq = j.seq)
+            UNION
+            SELECT DISTINCT d.device, 'p' FROM decisions d
+            WHERE NOT EXISTS (SELECT 1 FROM judged j WHERE j.device = d.device AND j.seq = d.seq);
             INSERT INTO judgements (device, seq, sessionID, timeMs, body)
             SELECT j.device, j.seq, j.sessionID, j.timeMs,
                    CASE WHEN d.body IS NULL THEN json_object('p', json(j.body))
@@ -80,21 +81,26 @@ final class FilterStore {
 
     let db: Database
 
-    /// `decision`/`point`: whether the layer is on. One that is off leaves
-    /// its part out of the rows from now on, which is noted for the queries.
-    init(db: Database, decisionLayer: Bool = true, pointLayer: Bool = true) throws {
+    private let notePartMissing: Statement
+
+    init(db: Database) throws {
         self.db = db
         judgements = try DeviceLog(db: db, table: "judgements")
-        for (part, on) in [(LoggedJudgement.decisionPart, decisionLayer), (LoggedJudgement.pointPart, pointLayer)] where !on {
-            try db.run("INSERT OR IGNORE INTO judgement_parts_missing (part) VALUES (?)", .text(part))
-        }
+        notePartMissing = try db.prepare("INSERT OR IGNORE INTO judgement_parts_missing (device, part) VALUES (?, ?)")
         points = try DeviceLog(db: db, table: "points")
     }
 
-    /// A page of one part of the judgements (`LoggedJudgement`): read from
-    /// inside the bodies only when some row lacks that part.
+    /// The device has judgements without `part` (its layer is off): its
+    /// pages of that part must skip them.
+    func notePartMissing(_ device: DeviceID, part: String) throws {
+        try notePartMissing.run(.text(device.rawValue), .text(part))
+    }
+
+    /// A page of one part of the device's judgements (`LoggedJudgement`):
+    /// read from inside the bodies only when some of its rows lack that part.
     static func page(_ query: QueryContext, part: String, sessionID: String?, limit: Int, offset: Int) throws -> QueryResult {
-        let someLack = try query.db.first("SELECT 1 FROM judgement_parts_missing WHERE part = ?", [.text(part)]) { _ in true } ?? false
+        let someLack = try query.db.first("SELECT 1 FROM judgement_parts_missing WHERE device = ? AND part = ?",
+                                          [.text(query.device.rawValue), .text(part)]) { _ in true } ?? false
         return try query.page("judgements", part: part, onlyWherePresent: someLack, sessionID: sessionID, limit: limit, offset: offset)
     }
 
