@@ -303,6 +303,23 @@ final class PauseLog: @unchecked Sendable {
         #expect(try h.total("a") == 3)  // 1 and 2 applied; the forged one never moved the watermark
     }
 
+    @Test func aProducerThatDoesNotSayWhatADeviceStartsOverWithIsRefused() throws {
+        var definition = tallyService()
+        let wire = definition.wire
+        definition.wire = { db in
+            var routes = try wire(db)
+            routes.startOver = nil
+            return routes
+        }
+        let database = TemporaryDatabase("no-start-over")
+        #expect {
+            try ServiceHost(definition, databasePath: database.path, bus: RecordingBus(), topics: Topics(), logger: Logger(label: "test", minimum: .off),
+                            counters: HealthCounters(), clock: ManualClock())
+        } throws: { error in
+            (error as? ConfigError).map { $0.problem.contains("startOver") } ?? false
+        }
+    }
+
     @Test func aDamagedStoreStopsTheServiceNamingTheFile() throws {
         let database = TemporaryDatabase("damaged"), path = database.path
         try Data(repeating: 0x5A, count: 8_192).write(to: URL(fileURLWithPath: path))

@@ -105,9 +105,17 @@ import Testing
         // Each log lacked a fix the other had: both parts are noted missing for the device, so its pages skip the rows without them.
         #expect(try db.query("SELECT device, part FROM judgement_parts_missing ORDER BY part") { "\($0.string(0)) \($0.string(1))" }
                 == ["van1 d", "van1 p"])
-        #expect(try log.page(van1, sessionID: nil, limit: 10, offset: 0, part: LoggedJudgement.decisionPart, onlyWherePresent: true) == decisions)
-        #expect(try log.page(van1, sessionID: nil, limit: 10, offset: 0, part: LoggedJudgement.pointPart, onlyWherePresent: true) == judged)
-        #expect(try log.page(van1, sessionID: "s", limit: 1, offset: 1, part: LoggedJudgement.pointPart, onlyWherePresent: true) == [judged[1]])
+        // Read as getDecisions and getRawPoints read them.
+        let query = QueryContext(device: van1, db: try Database(path: database.path, readOnly: true), maxReplyBytes: 1 << 20) {
+            try DeviceLog(db: db, table: $0)
+        }
+        func page(_ part: String, sessionID: String? = nil, limit: Int = 10, offset: Int = 0) throws -> [String] {
+            guard case .page(let page) = try FilterStore.page(query, part: part, sessionID: sessionID, limit: limit, offset: offset) else { return [] }
+            return page.bodies
+        }
+        #expect(try page(LoggedJudgement.decisionPart) == decisions)
+        #expect(try page(LoggedJudgement.pointPart) == judged)
+        #expect(try page(LoggedJudgement.pointPart, sessionID: "s", limit: 1, offset: 1) == [judged[1]])
         #expect(try log.totalCount() == 4, "one row a fix")
         #expect(try db.first("SELECT count(*) FROM sqlite_master WHERE name IN ('decisions', 'judged')") { $0.int(0) } == 0)
     }

@@ -109,50 +109,67 @@ import Testing
     @Test func aRowThatCannotBeReadIsSetAsideAndItsDeviceNumbersOnWithoutStallingTheFleet() throws {
         let t = Double(clock.nowMs()) / 1000
         func van2(_ t: Double) -> MQTTMessage { MQTTMessage(topic: "tracker/van2/fixes", string: #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":5}"#) }
+        func setAside(_ said: [Event]) -> [Event] { said.filter { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } } }
         do {
-            let gateway = try host()
-            for i in 0..<3 { gateway.receive(fix(t + Double(i))) }
+            let gateway = try host(idleTimeoutSec: 60)
             gateway.receive(van2(t))
+            for i in 0..<3 { gateway.receive(fix(t + Double(i))); clock.advance(by: .seconds(1)) }
             #expect(gateway.commit())
             gateway.close()
         }
         let session = try #require(bus.decoded(RawFix.self, topicSuffix: "van1/raw").last?.sessionID)
+        let session2 = try #require(bus.decoded(RawFix.self, topicSuffix: "van2/raw").last?.sessionID)
         // What the stored tables tell of the device's sessions, for a row that cannot be read.
         let told = try GatewayStore(db: Database(path: database.path), sessionsPerDevice: 10, sessionsTotal: 100).sessionsFromTables(of: DeviceID("van1")!)
         #expect(told.current?.id == session)
         #expect(told.lastFixMs == Int64((t + 2) * 1000))
-        #expect(told.lastReceivedMs == clock.nowMs())
+        #expect(told.lastReceivedMs == Int64((t + 2) * 1000), "the newest arrival, not the first")
         // As a newer release leaves it (version 9), after a downgrade.
         let unreadable: [UInt8] = [0xF1, 9, 7, 7]
-        try Database(path: database.path).run("UPDATE host_devices SET row = ? WHERE device = 'van1'", .blob(unreadable))
+        try Database(path: database.path).run("UPDATE host_devices SET row = ? WHERE device IN ('van1', 'van2')", .blob(unreadable))
         bus.clear()
 
-        let gateway = try host()
+        let gateway = try host(idleTimeoutSec: 60)
         gateway.receive(fix(t + 3))
-        gateway.receive(van2(t + 1))
         #expect(gateway.commit(), "the batch is stored, not redelivered for ever")
         let van1 = bus.decoded(RawFix.self, topicSuffix: "van1/raw")
         #expect(van1.map(\.seq) == [4], "numbering goes on after the last raw fix sent")
         #expect(van1.first?.sessionID == session, "the open session goes on")
-        #expect(bus.decoded(RawFix.self, topicSuffix: "van2/raw").map(\.seq) == [2])
-        let said = bus.events().filter { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } }
-        #expect(said.map(\.device) == [DeviceID("van1")!])
-        #expect(counters.snapshot().extra["rowsSetAside"] == 1)
+        // Two minutes after van2's last fix, past the idle timeout its session was opened with: a new one.
+        clock.advance(by: .seconds(120))
+        gateway.receive(van2(t + 123))
+        #expect(gateway.commit())
+        let after = bus.decoded(RawFix.self, topicSuffix: "van2/raw")
+        #expect(after.map(\.seq) == [2])
+        #expect(after.first?.sessionID != session2, "its newest fix's time came back with the session, so the idle gap counts")
+        #expect(setAside(bus.events()).map(\.device) == [DeviceID("van1")!, DeviceID("van2")!])
+        #expect(counters.snapshot().extra["rowsSetAside"] == 2)
         let db = try Database(path: database.path, readOnly: true)
-        let kept = try db.first("SELECT device, row, error FROM host_set_aside") { ($0.string(0), Array($0.data(1)), $0.string(2)) }
-        #expect(kept?.0 == "van1")
-        #expect(kept?.1 == unreadable, "kept as it was, for a release that reads it")
+        let kept = try db.first("SELECT device, row, error FROM host_set_aside WHERE device = 'van1'") { ($0.string(0), Array($0.data(1)), $0.string(2)) }
+        #expect(kept?.1 == unreadable, "kept as it was")
         #expect(kept?.2.contains("newer") == true)
 
-        // Written over with a row this release reads: set aside once, not at every load.
+        // Written over with a row this release reads: nothing set aside again.
         gateway.close()
         bus.clear()
-        let again = try host()
-        defer { again.close() }
-        again.receive(fix(t + 4))
-        #expect(again.commit())
+        do {
+            let again = try host(idleTimeoutSec: 60)
+            again.receive(fix(t + 124))
+            #expect(again.commit())
+            again.close()
+        }
         #expect(bus.decoded(RawFix.self, topicSuffix: "van1/raw").map(\.seq) == [5])
-        #expect(try db.first("SELECT count(*) FROM host_set_aside") { $0.int(0) } == 1)
+        #expect(setAside(bus.events()).isEmpty)
+        // Damaged once more: the first row set aside is the one kept, and the diagnostic says so.
+        try Database(path: database.path).run("UPDATE host_devices SET row = x'F10800' WHERE device = 'van1'")
+        bus.clear()
+        let third = try host(idleTimeoutSec: 60)
+        defer { third.close() }
+        third.receive(fix(t + 125))
+        #expect(third.commit())
+        #expect(bus.decoded(RawFix.self, topicSuffix: "van1/raw").map(\.seq) == [6])
+        #expect(try db.first("SELECT row FROM host_set_aside WHERE device = 'van1'") { Array($0.data(0)) } == unreadable)
+        #expect(setAside(bus.events()).first.map { "\($0.body)".contains("an earlier unreadable one is kept") } == true)
     }
 
     @Test func repliesNeverGoToInternalTopics() throws {

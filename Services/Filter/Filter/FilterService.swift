@@ -78,21 +78,17 @@ enum FilterService {
                 sweep: core.profile.lookAhead || core.profile.smoothingLagMs > 0 ? SweepRoute(every: .seconds(1), candidates: { nowMs in
                     try store.waitingDue(nowMs)
                 }, apply: { work in
-                    let waiting = core.waits(work.row.state)
                     if let due = core.dueMs(silentSince: work.row.arrivedMs ?? 0, state: work.row.state), work.nowMs < due {
                         // Still reporting: look again when it would be due.
                         try store.noteWaiting(work.device, due: due)
                         return
                     }
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
-                    try noteWaiting(work, before: waiting, core: core, store: store)
+                    // Whatever waits now, or nothing: a row that restarted (a state it could not read) leaves no stale entry.
+                    try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
                 }) : nil,
                 // A point takes its raw fix's seq: a device that starts over numbers nothing of its own.
-                // Its fresh row holds no fix waiting.
-                startOver: { device, _ in
-                    try store.noteWaiting(device, due: nil)
-                    return FilterRow()
-                })
+                startOver: { _, _ in FilterRow() })
         }
     }
 

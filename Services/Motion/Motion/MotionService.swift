@@ -74,7 +74,7 @@ enum MotionService {
                 startOver: { device, lastSent in
                     var row = MotionDeviceRow()
                     row.motionSeq = lastSent
-                    if try store.route(device) != nil { row.route = RouteProgress() }
+                    if try store.hasRoute(device) { row.route = RouteProgress() }
                     try store.setTimer(device, dueMs: nil)
                     return row
                 })

@@ -130,6 +130,11 @@ final class MotionStore {
         }
     }
 
+    /// Whether the device has an active route (its points not read: a body that does not decode is no reason to stall).
+    func hasRoute(_ device: DeviceID) throws -> Bool {
+        try db.first("SELECT 1 FROM routes WHERE device = ?", [.text(device.rawValue)]) { _ in true } ?? false
+    }
+
     func saveRoute(_ points: [RoutePoint], device: DeviceID) throws {
         if points.isEmpty {
             try db.run("DELETE FROM routes WHERE device = ?", .text(device.rawValue))

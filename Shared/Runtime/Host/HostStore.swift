@@ -81,10 +81,11 @@ public final class HostStore {
     }
 
     /// Keeps an unreadable row as it was stored, with why it could not be
-    /// read; a device's first is kept, a later one is not.
-    func setAside(_ device: DeviceID, row: Data, error: String, atMs: Int64) throws {
+    /// read; a device's first is kept, a later one is not. Whether it was kept.
+    func setAside(_ device: DeviceID, row: Data, error: String, atMs: Int64) throws -> Bool {
         try db.run("INSERT OR IGNORE INTO host_set_aside (device, row, error, atMs) VALUES (?, ?, ?, ?)",
                    .text(device.rawValue), .blob(Array(row)), .text(error), .integer(atMs))
+        return db.changes > 0
     }
 
     func saveAckedThrough(_ device: DeviceID, _ seq: Int64) throws {

@@ -61,8 +61,9 @@ public struct Routes<Row> {
     public var worker: ServiceWorker?
     /// The row a device starts over with when its stored one cannot be read
     /// (damaged, or written by a newer release), given the newest seq its
-    /// outbox sent; nil: a fresh row. A producer numbers on from that seq,
-    /// or its consumers would skip what it sends next as already applied.
+    /// outbox sent; nil: a fresh row. Required with an outbox (the host
+    /// refuses one without it): a producer numbers on from that seq, or its
+    /// consumers would skip what it sends next as already applied.
     public var startOver: ((_ device: DeviceID, _ lastSent: Int64) throws -> Row)?
 
     public init(inputs: [InputRoute<Row>], commands: [CommandRoute<Row>], outbox: OutboxRoute? = nil,

@@ -354,16 +354,21 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         // Only within the batch: set aside and written over together, or neither.
         guard db.hasOpenBatch else { throw error }
         let lastSent = max(ackedThrough, try routes.outbox?.log.newestSeq(device) ?? 0)
-        let row = try routes.startOver?(device, lastSent) ?? rows.fresh()
         let reason = "\(error)"
-        try store.setAside(device, row: unreadable, error: reason, atMs: clock.nowMs())
+        // The service's writes for the new row and the set-aside: together or neither.
+        let (row, kept) = try db.transaction {
+            (try routes.startOver?(device, lastSent) ?? rows.fresh(),
+             try store.setAside(device, row: unreadable, error: reason, atMs: clock.nowMs()))
+        }
         batch.effects.items.append(.count("rowsSetAside", 1))
         batch.effects.items.append(.afterCommit { [logger] in
             logger.error("a device's stored state cannot be read; it is set aside and the device starts over",
                          ["device": device.rawValue, "error": reason, "lastSent": "\(lastSent)"])
         })
         batch.effects.items.append(.publish(event(device, .diagnostic(code: "stateSetAside", message:
-            "\(name): this device's stored state cannot be read (\(reason)); it is kept in host_set_aside and the device starts over"
+            "\(name): this device's stored state cannot be read (\(reason)); "
+            + (kept ? "it is kept in host_set_aside" : "an earlier unreadable one is kept in host_set_aside, this one is not")
+            + " and the device starts over"
             + (routes.outbox == nil ? "" : ", numbering on after seq \(lastSent)")))))
         return row
     }
