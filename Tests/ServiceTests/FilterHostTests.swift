@@ -116,6 +116,8 @@ import Testing
         #expect(try page(LoggedJudgement.decisionPart) == decisions)
         #expect(try page(LoggedJudgement.pointPart) == judged)
         #expect(try page(LoggedJudgement.pointPart, sessionID: "s", limit: 1, offset: 1) == [judged[1]])
+        // Unfiltered (as for a device not noted), a row without the part reads null, still JSON.
+        #expect(try log.page(van1, sessionID: nil, limit: 10, offset: 0, part: LoggedJudgement.decisionPart) == decisions + ["null"])
         #expect(try log.totalCount() == 4, "one row a fix")
         #expect(try db.first("SELECT count(*) FROM sqlite_master WHERE name IN ('decisions', 'judged')") { $0.int(0) } == 0)
     }

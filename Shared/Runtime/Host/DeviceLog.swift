@@ -80,9 +80,9 @@ public final class DeviceLog {
                      onlyWherePresent: Bool = false) throws -> [String] {
         var value = "body", having = "", arguments: [SQLValue] = [.text(device.rawValue)]
         if let part {
-            // A path, not a string spliced into the SQL.
+            // A path, not a string spliced into the SQL. A body without the part reads `null`, never an empty element.
             let path = SQLValue.text("$.\"\(part)\"")
-            value = "json_extract(body, ?)"
+            value = "coalesce(json_extract(body, ?), 'null')"
             arguments = [path] + arguments
             if onlyWherePresent {
                 having = " AND json_type(body, ?) IS NOT NULL"
