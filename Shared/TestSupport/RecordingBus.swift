@@ -60,3 +60,8 @@ public final class RecordingBus: MessageBus {
 
     public func clear() { state.withLock { $0 = ([], []) } }
 }
+
+extension Event {
+    /// The code of a `diagnostic` event; nil for any other.
+    public var diagnosticCode: String? { if case .diagnostic(let code, _) = body { code } else { nil } }
+}

@@ -72,7 +72,7 @@ import Testing
         filter.receive(raw(4, t: 3, y: 36))
         #expect(filter.commit())
         #expect(pointSeqs() == [4])
-        #expect(bus.events().contains { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } })
+        #expect(bus.events().contains { $0.diagnosticCode == "stateSetAside" })
     }
 
     @Test func theDecisionsAndTheJudgedFixesOfAnEarlierStoreMoveIntoOneLogAndReadAsTheyWere() throws {

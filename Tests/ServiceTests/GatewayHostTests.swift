@@ -109,7 +109,7 @@ import Testing
     @Test func aRowThatCannotBeReadIsSetAsideAndItsDeviceNumbersOnWithoutStallingTheFleet() throws {
         let t = Double(clock.nowMs()) / 1000
         func van2(_ t: Double) -> MQTTMessage { MQTTMessage(topic: "tracker/van2/fixes", string: #"{"t":\#(t),"lat":48.1,"lon":11.5,"acc":5}"#) }
-        func setAside(_ said: [Event]) -> [Event] { said.filter { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } } }
+        func setAside(_ said: [Event]) -> [Event] { said.filter { $0.diagnosticCode == "stateSetAside" } }
         do {
             let gateway = try host(idleTimeoutSec: 60)
             gateway.receive(van2(t))

@@ -81,7 +81,7 @@ import Testing
         for t in 0...10 { motion.receive(point(Int64(500 + t), t: 800 + Double(t), x: 2_000 + Double(t) * 10, speed: 10)) }
         #expect(motion.commit())
         #expect(states().map(\.seq).first == sent.last! + 1, "a consumer takes it: numbered after the last state sent")
-        #expect(events().contains { if case .diagnostic(code: "stateSetAside", _) = $0.body { true } else { false } })
+        #expect(events().contains { $0.diagnosticCode == "stateSetAside" })
         let stored = try #require(try Database(path: database.path, readOnly: true)
             .first("SELECT row FROM host_devices WHERE device = 'van1'") { $0.data(0) })
         let row = try MotionDeviceRow.restored(from: stored, using: JSONCoding.decoder)

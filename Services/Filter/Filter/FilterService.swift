@@ -85,7 +85,7 @@ enum FilterService {
                     }
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
                     // Whatever waits now, or nothing: a row that restarted (a state it could not read) leaves no stale entry.
-                    try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
+                    try noteWaiting(work, before: nil, core: core, store: store)
                 }) : nil,
                 // A point takes its raw fix's seq: a device that starts over numbers nothing of its own.
                 startOver: { _, _ in FilterRow() })
@@ -130,7 +130,8 @@ enum FilterService {
     /// The waiting table notes a device when fixes start waiting and forgets
     /// it when none do. Untouched while nothing changes (every fix a second
     /// apart), so it costs no write per fix: the sweep moves the due time on.
-    private static func noteWaiting(_ work: Work<FilterRow>, before: Bool, core: FilterCore, store: FilterStore) throws {
+    /// `before`: whether fixes waited before this unit; nil when unknown, then it is written whatever it was.
+    private static func noteWaiting(_ work: Work<FilterRow>, before: Bool?, core: FilterCore, store: FilterStore) throws {
         let due = core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state)
         guard (due != nil) != before else { return }
         try store.noteWaiting(work.device, due: due)
