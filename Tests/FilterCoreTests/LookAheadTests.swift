@@ -311,6 +311,58 @@ import Testing
         #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    /// A fix every `every` seconds with Doppler, 10 m accuracy: parked at
+    /// the origin for ten fixes, 100 s dark (it drove off unseen), then north
+    /// at 12 m/s from 600 m up the road. `offsets`: how far east each fix out
+    /// of the silence lands (a reflection), by its index there.
+    func sparseOutOfASilence(every: Double, offsets: [Int: Double]) -> [FilterInput] {
+        func fix(_ seq: Int64, t: Double, x: Double, y: Double, north: Double) -> FilterInput {
+            var fix = self.fix(seq, t: t, x: x, y: y, east: 0, north: north)
+            fix.accuracyM = 10
+            return fix
+        }
+        let parked = (0..<10).map { fix(Int64($0 + 1), t: Double($0) * every, x: Double($0 % 2) * 3, y: 0, north: 0) }
+        let out = 9 * every + 100
+        let driving = (0..<8).map { i in
+            fix(Int64(11 + i), t: out + Double(i) * every, x: offsets[i] ?? 0, y: 600 + Double(i) * every * 12, north: 12)
+        }
+        return parked + driving
+    }
+
+    @Test(arguments: [5.0, 10.0, 15.0])
+    func aReflectionAsTheFirstFixOutOfASilenceFromASparseDeviceIsRejected(every: Double) {
+        // The stories start from the stop, where the device no longer is:
+        // nothing tells where it went while dark, and the reflection was
+        // taken. Held, it is the odd one out once three fixes after it agree.
+        let fixes = sparseOutOfASilence(every: every, offsets: [0: 350])
+        let (due, all) = run(fixes)
+        #expect(all.map { $0.fix.seq } == (1...18).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.first { $0.fix.seq == 11 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 11 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+        // Decided with the third fix after it, not before.
+        #expect(due[10...12].allSatisfy { $0.allSatisfy { $0.fix.seq < 11 } }, "\(due.map { $0.map(\.fix.seq) })")
+        #expect(due[13].map(\.fix.seq).first == 11, "\(due.map { $0.map(\.fix.seq) })")
+    }
+
+    @Test(arguments: [5.0, 15.0])
+    func aTrueFirstFixOutOfASilenceFromASparseDeviceIsTaken(every: Double) {
+        let all = run(sparseOutOfASilence(every: every, offsets: [:])).all
+        #expect(all.map { $0.fix.seq } == (1...18).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.filter { $0.fix.seq > 10 }.allSatisfy { $0.verdict.point != nil }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func aSparseDeviceFollowsTheFixesNearestInTimeOutOfASilence() {
+        // The first fix out lands 350 m east; of the three after it, the
+        // last reports a speed without a course (no usable velocity). From
+        // 30 s it could have followed the held fix as well as the fix before
+        // it; the fix before it is a single interval back, and says more.
+        var fixes = sparseOutOfASilence(every: 10, offsets: [0: 350])
+        fixes[13].courseDeg = nil
+        fixes[13].speedMps = 1.2
+        let all = run(fixes).all
+        #expect(all.first { $0.fix.seq == 11 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
+    }
+
     @Test func theLastFixBeforeSilenceIsJudgedAgainstTheWayBefore() {
         // North at 12 m/s without Doppler, a fix every 15 s; the last before the
         // device falls silent lands 300 m east. No fix after it to tell, it was

@@ -14,9 +14,9 @@ import Testing
     /// Eastbound at 15 m/s, `perSecond` fixes a second with Doppler (but
     /// every `speedlessEvery`th, as fused or network fixes come), accuracy
     /// 5 m; fix i moved `north(i)` metres north of the road.
-    func eastbound(_ count: Int, perSecond: Int = 1, speedlessEvery: Int? = nil, north: (Int) -> Double = { _ in 0 }) -> [FilterInput] {
+    func eastbound(_ count: Int, perSecond: Int = 1, every: Double = 1, speedlessEvery: Int? = nil, north: (Int) -> Double = { _ in 0 }) -> [FilterInput] {
         inputs((0..<count).map { i in
-            let t = Double(i) / Double(perSecond)
+            let t = Double(i) * every / Double(perSecond)
             let speedless = speedlessEvery.map { i % $0 == $0 - 1 } ?? false
             return DeviceFix(t: 1_700_000_000 + t, lat: Self.latitude + north(i) / Self.metresPerDegree,
                              lon: -122.1 + 15 * t / (Self.metresPerDegree * cos(Self.latitude * .pi / 180)), acc: 5,
@@ -42,6 +42,18 @@ import Testing
         let offRoad = burst.compactMap { judged[Int64($0 + 1)]?.decision.estimate }
             .map { abs($0.latitude - Self.latitude) * Self.metresPerDegree }
         #expect(offRoad.count == burst.count && offRoad.allSatisfy { $0 < 10 }, "estimates off the road (m): \(offRoad)")
+    }
+
+    /// A fix every 5 s: three in a row 120 m off the road, as a stuck
+    /// reflection puts them. Reckoned only for fixes 3.5 s apart, the filter
+    /// judged the burst's later fixes against a prediction widened over 10
+    /// and 15 s and took them, and then refused the road.
+    @Test func aBurstIsRiddenOutOnTheDopplerEveryFiveSeconds() {
+        let burst = 20..<23
+        let judged = verdicts(eastbound(40, every: 5) { burst.contains($0) ? 120 : 0 })
+        let taken = { (i: Int) in judged[Int64(i + 1)]?.decision.accepted == true }
+        #expect(burst.filter(taken).isEmpty, "burst fixes taken: \(burst.filter(taken))")
+        #expect((23..<40).allSatisfy(taken), "road fixes refused after the burst: \((23..<40).filter { !taken($0) })")
     }
 
     /// A filter started on a reflection is lost, and the road's fixes, all
@@ -86,5 +98,20 @@ import Testing
         #expect(through <= 8, "jumps through: \(through)")
         #expect(cleanRejected <= 220, "clean fixes taken for outliers: \(cleanRejected)")
         #expect(phoneRMSE <= 0.56, "the phone's mean RMSE ratio: \(phoneRMSE)")
+    }
+
+    /// The good phone with Doppler every 5 and 10 s, the sweep's first forty
+    /// seeds each: with dead reckoning only for fixes 3.5 s apart and the
+    /// first fix out of a tunnel judged by the sparse stories, 18 jumps got
+    /// through and 117 clean fixes were taken for outliers; now 8 and 113.
+    @Test func fewBurstsGetThroughEveryFiveAndTenSeconds() throws {
+        let scores = try [5, 10].flatMap { every in
+            try sweepScores(NoiseVariant("good phone \(every) s", correlation: 0.9, jumpProbability: 0.01, every: every,
+                                         jumpBurst: 3...8, accuracyRange: 3...15), seeds: 40)
+        }
+        let through = scores.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
+        let cleanRejected = scores.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
+        #expect(through <= 10, "jumps through: \(through)")
+        #expect(cleanRejected <= 125, "clean fixes taken for outliers: \(cleanRejected)")
     }
 }

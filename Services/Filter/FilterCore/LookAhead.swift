@@ -41,6 +41,8 @@ extension FilterCore {
     static let backOnTrackSigma = 3.0
     /// A silence this long (a tunnel), from a device seconds apart: see `comesOutOfSilence`.
     static let silenceMs: Int64 = 10_000
+    /// A silence from a sparse device: this many of its intervals (a fix or two lost is none).
+    static let sparseSilenceIntervals: Int64 = 3
     /// How many fixes after the first out of a silence must agree with each
     /// other, and not with it, for as long as a burst lasts, to make it a jump.
     static let agreeingAfterSilence = 3
@@ -129,7 +131,9 @@ extension FilterCore {
         // Waited a burst's length: up to `burstWindowMs` of fix time, or `burstFixes` fixes.
         let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
         if comesOutOfSilence(held, state: state) {
-            return resolveAfterSilence(held, later: later, final: silent || waitedBurst, state: &state)
+            // A sparse device's fixes are a burst's length apart: it waits for as many as could make it a jump.
+            let waited = reportsSparsely(state) ? later.count >= Self.agreeingAfterSilence : waitedBurst
+            return resolveAfterSilence(held, later: later, final: silent || waited, state: &state)
         }
         // A fix with Doppler that came while another was held, and would not
         // have waited on its own (seconds behind the first out of a tunnel),
@@ -213,8 +217,8 @@ extension FilterCore {
         // first clean fix out of the tunnel thrown away, the burst after it
         // taken), nor a fix with Doppler, whose velocity the gate already
         // knows (held, forty seeds every 15 s lost 0.2 % of the odometer).
-        // Such a device's first fix out of a silence with Doppler waits by
-        // a rule of its own (`comesOutOfSilence`).
+        // The first fix with Doppler out of a silence, from either kind of
+        // device, waits by a rule of its own (`comesOutOfSilence`).
         guard let track = state.kalman.track, state.stop.externalMotion != .stationary else { return false }
         if !comesOutOfSilence(fix, state: state) {
             let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
@@ -295,17 +299,29 @@ extension FilterCore {
     }
 
     /// Whether `fix` is the first, with a usable Doppler velocity (a course
-    /// from 2 m/s, or standing), after `silenceMs` or more without a fix (a
-    /// tunnel) from a device that reported seconds apart before it. The gates
-    /// judge it against a prediction as wide as the silence: they take a
-    /// reflection there, and throw the true fixes after it away as too fast
-    /// until those have agreed for a recovery's length. So it waits for the
-    /// fixes after it (`resolveAfterSilence`). Without a Doppler velocity,
-    /// positions alone cannot tell a jump from a drive over a burst's seconds.
+    /// from 2 m/s, or standing), after a silence (a tunnel): `silenceMs` or
+    /// more without a fix from a device that reported seconds apart before
+    /// it, or `sparseSilenceIntervals` of its intervals from one that reported
+    /// sparsely (within `lookAheadMs`). The gates judge it against a
+    /// prediction as wide as the silence: they take a reflection there, and
+    /// throw the true fixes after it away as too fast until those have agreed
+    /// for a recovery's length. A sparse device's stories fare no better: its
+    /// state before a stop or a tunnel says nothing of where it went in
+    /// between. So it waits for the fixes after it (`resolveAfterSilence`).
+    /// Without a Doppler velocity, positions alone cannot tell a jump from a
+    /// drive over a burst's seconds.
     func comesOutOfSilence(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         guard profile.lookAhead, DopplerVelocity(fix) != nil, state.kalman.track != nil, let newest = state.ordering.newestMs,
               let interval = state.ordering.reportIntervalMs else { return false }
-        return interval < Self.lookAheadMinGapMs && fix.timeMs - newest >= Self.silenceMs
+        let silence = fix.timeMs - newest
+        guard reportsSparsely(state) else { return silence >= Self.silenceMs }
+        return interval <= profile.lookAheadMs && silence >= max(Self.silenceMs, Self.sparseSilenceIntervals * interval)
+    }
+
+    /// Whether the device's newest fix came as a sparse device's do, too far
+    /// after the one before for the innovation gate to tell (`lookAheadMinGapMs`).
+    func reportsSparsely(_ state: DeviceFilterState) -> Bool {
+        (state.ordering.reportIntervalMs ?? 0) >= Self.lookAheadMinGapMs
     }
 
     /// The first fix out of a silence (`comesOutOfSilence`), judged with the
@@ -319,7 +335,14 @@ extension FilterCore {
     /// it nor a group of those after it starts a group of its own (a second
     /// reflection must not hide the track). Nil while they leave it open and
     /// it may wait (`final` false).
+    ///
+    /// A later fix that could follow both the held fix and a group goes to
+    /// the held fix from a device seconds apart, and to the group from a
+    /// sparse one: tens of seconds after the held fix, a fix without a usable
+    /// velocity could have followed it from anywhere, and the group's newest
+    /// fix, one interval before, says more.
     func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
+        let sparse = reportsSparsely(state)
         var through = state
         let verdict = assess(held, state: &through)
         guard verdict.taken, let frame = state.kalman.frame else {
@@ -331,13 +354,14 @@ extension FilterCore {
         // What the first gates would refuse (out of order, repeated, invalid, too poor) is no witness.
         for next in later where next.timeMs > newest.timeMs && witnesses(next, after: newest) {
             newest = next
-            if Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit) {
+            let g = groups.firstIndex { Self.couldFollow($0[$0.count - 1], with: next, frame: frame, maxSpeed: limit) }
+            if g == nil || !sparse, Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit) {
                 following += 1
                 if following < 2 { continue }
                 state = through
                 return verdict
             }
-            guard let g = groups.firstIndex(where: { Self.couldFollow($0[$0.count - 1], with: next, frame: frame, maxSpeed: limit) }) else {
+            guard let g else {
                 groups.append([next])
                 continue
             }
