@@ -344,21 +344,54 @@ import Testing
         #expect(due[13].map(\.fix.seq).first == 11, "\(due.map { $0.map(\.fix.seq) })")
     }
 
-    @Test(arguments: [5.0, 15.0])
+    @Test(arguments: [5.0, 10.0, 15.0])
     func aTrueFirstFixOutOfASilenceFromASparseDeviceIsTaken(every: Double) {
         let all = run(sparseOutOfASilence(every: every, offsets: [:])).all
         #expect(all.map { $0.fix.seq } == (1...18).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { $0.fix.seq > 10 }.allSatisfy { $0.verdict.point != nil }, "\(all.map { $0.verdict.decision.reason })")
     }
 
-    @Test func aSparseDeviceFollowsTheFixesNearestInTimeOutOfASilence() {
+    @Test func aSparseWitnessGoesToWhatItFitsTheCloser() {
         // The first fix out lands 350 m east; of the three after it, the
         // last reports a speed without a course (no usable velocity). From
         // 30 s it could have followed the held fix as well as the fix before
-        // it; the fix before it is a single interval back, and says more.
+        // it, which is a single interval back and fits it far closer.
         var fixes = sparseOutOfASilence(every: 10, offsets: [0: 350])
         fixes[13].courseDeg = nil
         fixes[13].speedMps = 1.2
+        let all = run(fixes).all
+        #expect(all.first { $0.fix.seq == 11 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 11 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+        // The other way round: the first fix out is true, the next a
+        // reflection 250 m east, the two after it without a course. They
+        // could have followed the reflection too, but fit the held fix the
+        // closer: it is taken.
+        var creeping = sparseOutOfASilence(every: 10, offsets: [1: 250])
+        for i in [12, 13] { creeping[i].courseDeg = nil; creeping[i].speedMps = 1.0 }
+        let taken = run(creeping).all
+        #expect(taken.first { $0.fix.seq == 11 }?.verdict.point != nil, "\(taken.map { $0.verdict.decision.reason })")
+        #expect(taken.first { $0.fix.seq == 12 }?.verdict.point == nil, "\(taken.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func aDeviceSecondsApartThatLostFixesBeforeATunnelStillHasItsReflectionRejected() {
+        // A fix a second, but the last four before the tunnel lost: its last
+        // interval (5 s) is a sparse device's. Waiting for three fixes as a
+        // sparse device does, a second apart they never spanned a burst's
+        // length, and the reflection out of the tunnel was taken.
+        var fixes = outOfATunnel(offsets: [0: 350])
+        fixes.removeSubrange(15..<19)
+        let all = run(fixes).all
+        #expect(all.first { $0.fix.seq == 21 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func fixesTheGatesRefuseAreNoWitnessesForASparseDevice() {
+        // After the reflection out of a sparse silence, two true fixes, then
+        // two past the accuracy ceiling: the wait goes on until a third
+        // witness came (counting the poor ones, it ended with two, and the
+        // reflection was taken).
+        var fixes = sparseOutOfASilence(every: 10, offsets: [0: 350])
+        for i in [13, 14] { fixes[i].accuracyM = 900 }
         let all = run(fixes).all
         #expect(all.first { $0.fix.seq == 11 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
     }

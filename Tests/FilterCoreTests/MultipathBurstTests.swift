@@ -103,7 +103,8 @@ import Testing
     /// The good phone with Doppler every 5 and 10 s, the sweep's first forty
     /// seeds each: with dead reckoning only for fixes 3.5 s apart and the
     /// first fix out of a tunnel judged by the sparse stories, 18 jumps got
-    /// through and 117 clean fixes were taken for outliers; now 8 and 113.
+    /// through and 117 clean fixes were taken for outliers; now 8 and 113
+    /// (the second bound keeps the clean fixes from paying for the first).
     @Test func fewBurstsGetThroughEveryFiveAndTenSeconds() throws {
         let scores = try [5, 10].flatMap { every in
             try sweepScores(NoiseVariant("good phone \(every) s", correlation: 0.9, jumpProbability: 0.01, every: every,

@@ -74,15 +74,18 @@ extension FilterCore {
     /// last fix taken (which, by a burst's fifth second, took the reflection
     /// itself, and the road after it for an outlier).
     ///
-    /// Only fixes seconds apart (from the filter's last step, or in a run of
-    /// outliers from the one before), and only those well beyond the gate: one
+    /// Only fixes at most `deadReckoningMaxGapMs` apart (from the filter's
+    /// last step, or in a run of outliers from the one before), and only
+    /// those well beyond the gate: one
     /// just outside it is as often the filter's own error, which dead
     /// reckoning would keep (on one seed a good phone, its fixes there 3–6 m,
     /// lost a minute of honest fixes that way). And only for as long as a
     /// burst lasts: once the fixes have disagreed with it for
-    /// `dopplerRecoveryMs` (they restart it then if they agree with each
-    /// other), the prediction widens from there as it always did, so a
-    /// filter that is itself wrong is never locked out for longer.
+    /// `dopplerRecoveryMs`, the prediction widens from there as it always
+    /// did. A filter that is itself wrong is locked out until its fixes
+    /// agree for a restart (`reinitializeAfter` of them over
+    /// `dopplerRecoveryMs`), or the widened prediction takes one: at 1 Hz
+    /// 10 s; sparser, an interval or two more than without dead reckoning.
     ///
     /// Not on the fixes the implied-speed gate refuses (a reflection some
     /// 300 m or more off): dead reckoning there cost the default and white
@@ -94,7 +97,7 @@ extension FilterCore {
     func deadReckon(_ fix: FilterInput, _ prediction: Prediction, state: inout DeviceFilterState) {
         let run = state.kalman.outliers
         guard var track = state.kalman.track, let first = run.first else { return }
-        // Seconds apart: this fix from the outlier before it, or the first from the filter's last step.
+        // This fix from the outlier before it, or the first from the filter's last step.
         let gapMs = run.count >= 2 ? fix.timeMs - run[run.count - 2].timeMs : fix.timeMs - track.timeMs
         guard gapMs <= Self.deadReckoningMaxGapMs,
               prediction.mahalanobis > Self.deadReckoningGateFactor * profile.innovationGate,
@@ -118,17 +121,18 @@ extension FilterCore {
     }
 
     /// Dead reckoning's reach: a fix at most this long after the outlier
-    /// before it (the first of a run, after the filter's last step): as far
-    /// apart as a sparse device's fixes come when the look-ahead waits for
-    /// them (`lookAheadSec`'s default). Over 15 s a Doppler velocity strays
-    /// metres, a reflection hundreds. A run that began long after the last
-    /// step (out of a tunnel) is reckoned from a wide prediction, and a run
-    /// lasts `dopplerRecoveryMs` at most, so every 10–15 s it is its first
-    /// fix alone. Three hundred seeds of the sweep with Doppler every 5 s,
-    /// reaching 3.5 s → 30 s: jumps through 39 → 35 (a good phone's 78 →
-    /// 46), clean fixes rejected 150 → 171 (288 → 265), the RMSE 0.483 →
-    /// 0.470 × the clean noise (1.079 → 0.988). At 1 Hz only the phone
-    /// moved: clean fixes rejected 1,263 → 1,243, RMSE 0.562 → 0.561.
+    /// before it (the first of a run, after the filter's last step), which
+    /// covers phones saving battery (a fix every 5–15 s, and a lost one
+    /// between). Over 15 s a Doppler velocity strays metres, a reflection
+    /// hundreds. A run lasts `dopplerRecoveryMs` at most, so every 10–15 s it
+    /// is its first fix alone. Three hundred seeds of the sweep with Doppler
+    /// every 5 s, against a reach of 3.5 s: jumps through 35 against 39 (a
+    /// good phone's 46 against 78), clean fixes rejected 171 against 150
+    /// (265 against 288), RMSE 0.470 against 0.483 × the clean noise (0.988
+    /// against 1.079). At 1 Hz a parked device's first outlier can be 4–30 s
+    /// after the filter's last step too: the phone's clean fixes rejected
+    /// 1,243 against 1,263, the good phone's 520 against 540, 5 % jumps'
+    /// 1,430 against 1,429.
     static let deadReckoningMaxGapMs: Int64 = 30_000
     /// How far beyond the innovation gate a fix must be for dead reckoning.
     /// A hundred seeds of the sweep's phone at 1 Hz, 1.5×: jumps through

@@ -131,9 +131,7 @@ extension FilterCore {
         // Waited a burst's length: up to `burstWindowMs` of fix time, or `burstFixes` fixes.
         let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
         if comesOutOfSilence(held, state: state) {
-            // A sparse device's fixes are a burst's length apart: it waits for as many as could make it a jump.
-            let waited = reportsSparsely(state) ? later.count >= Self.agreeingAfterSilence : waitedBurst
-            return resolveAfterSilence(held, later: later, final: silent || waited, state: &state)
+            return resolveAfterSilence(held, later: later, silent: silent, waitedBurst: waitedBurst, state: &state)
         }
         // A fix with Doppler that came while another was held, and would not
         // have waited on its own (seconds behind the first out of a tunnel),
@@ -315,7 +313,7 @@ extension FilterCore {
               let interval = state.ordering.reportIntervalMs else { return false }
         let silence = fix.timeMs - newest
         guard reportsSparsely(state) else { return silence >= Self.silenceMs }
-        return interval <= profile.lookAheadMs && silence >= max(Self.silenceMs, Self.sparseSilenceIntervals * interval)
+        return interval <= profile.lookAheadMs && silence >= Self.sparseSilenceIntervals * interval
     }
 
     /// Whether the device's newest fix came as a sparse device's do, too far
@@ -334,14 +332,18 @@ extension FilterCore {
     /// taken for the track and the fix for the jump). A fix that fits neither
     /// it nor a group of those after it starts a group of its own (a second
     /// reflection must not hide the track). Nil while they leave it open and
-    /// it may wait (`final` false).
+    /// it may wait: until the device falls `silent`, or it `waitedBurst`, and
+    /// from a sparse device until three witnesses came too (as many as could
+    /// make it a jump; its fixes are seconds or more apart), or ten fixes.
     ///
     /// A later fix that could follow both the held fix and a group goes to
-    /// the held fix from a device seconds apart, and to the group from a
-    /// sparse one: tens of seconds after the held fix, a fix without a usable
-    /// velocity could have followed it from anywhere, and the group's newest
-    /// fix, one interval before, says more.
-    func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], final: Bool, state: inout DeviceFilterState) -> Verdict? {
+    /// the held fix from a device seconds apart, and from a sparse one to
+    /// whichever it fits the closer (`followingMargin`): tens of seconds after
+    /// the held fix, a fix without a usable velocity could have followed it
+    /// from almost anywhere, and the group's newest fix, an interval before,
+    /// says more.
+    func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], silent: Bool, waitedBurst: Bool,
+                             state: inout DeviceFilterState) -> Verdict? {
         let sparse = reportsSparsely(state)
         var through = state
         let verdict = assess(held, state: &through)
@@ -350,12 +352,17 @@ extension FilterCore {
             return verdict
         }
         let limit = maxSpeed(state)
-        var groups: [[FilterInput]] = [], following = 0, newest = held
+        var groups: [[FilterInput]] = [], following = 0, newest = held, witnessed = 0
         // What the first gates would refuse (out of order, repeated, invalid, too poor) is no witness.
         for next in later where next.timeMs > newest.timeMs && witnesses(next, after: newest) {
             newest = next
-            let g = groups.firstIndex { Self.couldFollow($0[$0.count - 1], with: next, frame: frame, maxSpeed: limit) }
-            if g == nil || !sparse, Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit) {
+            witnessed += 1
+            let heldMargin = Self.followingMargin(held, with: next, frame: frame, maxSpeed: limit)
+            let margins = groups.map { Self.followingMargin($0[$0.count - 1], with: next, frame: frame, maxSpeed: limit) }
+            // The group it could follow: from a sparse device the one it fits the closest.
+            let fitting = margins.indices.filter { margins[$0] <= 1 }
+            let g = sparse ? fitting.min { margins[$0] < margins[$1] } : fitting.first
+            if heldMargin <= 1, !sparse || g.map({ heldMargin <= margins[$0] }) ?? true {
                 following += 1
                 if following < 2 { continue }
                 state = through
@@ -372,7 +379,8 @@ extension FilterCore {
             // The decision log's measured: the held fix's distance in σ (both fixes') from the first of the group.
             return reject(held, .isolatedJump, state: state, measured: Self.distanceInSigma(held, group[0], frame: frame), limit: nil)
         }
-        if !final { return nil }
+        let waited = waitedBurst && (!sparse || witnessed >= Self.agreeingAfterSilence)
+        guard silent || waited || later.count >= Self.burstFixes else { return nil }
         state = through
         return verdict
     }
@@ -396,15 +404,21 @@ extension FilterCore {
     /// speed. Otherwise at no more than `maxSpeed`, both accuracies allowed
     /// for (as a recovery's run must agree, `recover`).
     static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
+        followingMargin(a, with: b, frame: frame, maxSpeed: maxSpeed) <= 1
+    }
+
+    /// How much of what `couldFollow` allows the way from `a` to `b` takes:
+    /// at most 1 when it could follow.
+    static func followingMargin(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Double {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
         let (accuracyA, accuracyB) = (Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM))
         guard let va = DopplerVelocity(a)?.vector, let vb = DopplerVelocity(b)?.vector else {
-            return impliedSpeed(hypot(bx - ax, by - ay), accuracies: accuracyA, accuracyB, elapsedMs: b.timeMs - a.timeMs) <= maxSpeed
+            return impliedSpeed(hypot(bx - ax, by - ay), accuracies: accuracyA, accuracyB, elapsedMs: b.timeMs - a.timeMs) / maxSpeed
         }
         let dt = Double(b.timeMs - a.timeMs) / 1000, accuracies = accuracyA + accuracyB
         let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
         let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
-        return hypot(bx - ex, by - ey) <= 2 * accuracies + dt * dt / 2 + courseError
+        return hypot(bx - ex, by - ey) / (2 * accuracies + dt * dt / 2 + courseError)
     }
 
     /// Two fixes' distance in standard deviations of both.

@@ -78,8 +78,10 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     case minSpacing = "min_spacing"
     /// A sparse fix far from where the device must have been between the
     /// fixes before and after it: a jump, not a turn (decided one or two
-    /// fixes late, see `lookAheadMs` and `lookAheadFixes`); or the last held
-    /// fix before silence, farther from the way before it than a turn or a stop explains.
+    /// fixes late, see `lookAheadMs` and `lookAheadFixes`); the last held
+    /// fix before silence, farther from the way before it than a turn or a
+    /// stop explains; or the first fix out of a silence that the fixes after
+    /// it agree against (decided up to 8 s, or three fixes of a sparse device, late).
     case isolatedJump = "isolated_jump"
 
     /// Outlier reasons: the fix is believed wrong, not merely redundant.
