@@ -28,7 +28,7 @@ enum RowCodecBench {
         try measure("encode JSONEncoder") { try JSONEncoder().encode(row).count }
         try measure("encode JSONStreamEncoder") { try JSONStreamEncoder.encode(row).count }
         try measure("encode binary plist") { try plist.encode(row).count }
-        try measure("encode FilterRow.stored") { row.stored.count }
+        measure("encode FilterRow.stored") { row.stored.count }
         try measure("decode JSONDecoder") { _ = try JSONDecoder().decode(FilterRow.self, from: json); return json.count }
         try measure("decode binary plist") { _ = try PropertyListDecoder().decode(FilterRow.self, from: binaryPlist); return binaryPlist.count }
         let stored = Data(row.stored)

@@ -314,8 +314,9 @@ import Testing
     /// A fix every `every` seconds with Doppler, 10 m accuracy: parked at
     /// the origin for ten fixes, 100 s dark (it drove off unseen), then north
     /// at 12 m/s from 600 m up the road. `offsets`: how far east each fix out
-    /// of the silence lands (a reflection), by its index there.
-    func sparseOutOfASilence(every: Double, offsets: [Int: Double]) -> [FilterInput] {
+    /// of the silence lands (a reflection), by its index there; `ahead`: how
+    /// far north of its place on the road.
+    func sparseOutOfASilence(every: Double, offsets: [Int: Double], ahead: [Int: Double] = [:]) -> [FilterInput] {
         func fix(_ seq: Int64, t: Double, x: Double, y: Double, north: Double) -> FilterInput {
             var fix = self.fix(seq, t: t, x: x, y: y, east: 0, north: north)
             fix.accuracyM = 10
@@ -324,7 +325,7 @@ import Testing
         let parked = (0..<10).map { fix(Int64($0 + 1), t: Double($0) * every, x: Double($0 % 2) * 3, y: 0, north: 0) }
         let out = 9 * every + 100
         let driving = (0..<8).map { i in
-            fix(Int64(11 + i), t: out + Double(i) * every, x: offsets[i] ?? 0, y: 600 + Double(i) * every * 12, north: 12)
+            fix(Int64(11 + i), t: out + Double(i) * every, x: offsets[i] ?? 0, y: 600 + Double(i) * every * 12 + (ahead[i] ?? 0), north: 12)
         }
         return parked + driving
     }
@@ -371,6 +372,15 @@ import Testing
         let taken = run(creeping).all
         #expect(taken.first { $0.fix.seq == 11 }?.verdict.point != nil, "\(taken.map { $0.verdict.decision.reason })")
         #expect(taken.first { $0.fix.seq == 12 }?.verdict.point == nil, "\(taken.map { $0.verdict.decision.reason })")
+        // A reflection 200 m ahead on the road, the two fixes after the next
+        // without a course: driving on at their speed they fit the true fix
+        // an interval back, not the reflection, however slow the way from
+        // the reflection to them looks.
+        var ahead = sparseOutOfASilence(every: 10, offsets: [:], ahead: [0: 200])
+        for i in [12, 13] { ahead[i].courseDeg = nil }
+        let judged = run(ahead).all
+        #expect(judged.first { $0.fix.seq == 11 }?.verdict.decision.reason == "isolated_jump", "\(judged.map { $0.verdict.decision.reason })")
+        #expect(judged.filter { $0.fix.seq > 11 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(judged.map { $0.verdict.decision.reason })")
     }
 
     @Test func aDeviceSecondsApartThatLostFixesBeforeATunnelStillHasItsReflectionRejected() {

@@ -338,7 +338,7 @@ extension FilterCore {
     ///
     /// A later fix that could follow both the held fix and a group goes to
     /// the held fix from a device seconds apart, and from a sparse one to
-    /// whichever it fits the closer (`followingMargin`): tens of seconds after
+    /// whichever it fits the closer (`misfit`): tens of seconds after
     /// the held fix, a fix without a usable velocity could have followed it
     /// from almost anywhere, and the group's newest fix, an interval before,
     /// says more.
@@ -357,12 +357,12 @@ extension FilterCore {
         for next in later where next.timeMs > newest.timeMs && witnesses(next, after: newest) {
             newest = next
             witnessed += 1
-            let heldMargin = Self.followingMargin(held, with: next, frame: frame, maxSpeed: limit)
-            let margins = groups.map { Self.followingMargin($0[$0.count - 1], with: next, frame: frame, maxSpeed: limit) }
+            let fitsHeld = Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit)
+            let fitting = groups.indices.filter { Self.couldFollow(groups[$0][groups[$0].count - 1], with: next, frame: frame, maxSpeed: limit) }
             // The group it could follow: from a sparse device the one it fits the closest.
-            let fitting = margins.indices.filter { margins[$0] <= 1 }
-            let g = sparse ? fitting.min { margins[$0] < margins[$1] } : fitting.first
-            if heldMargin <= 1, !sparse || g.map({ heldMargin <= margins[$0] }) ?? true {
+            let misfit = { (a: FilterInput) in Self.misfit(a, with: next, frame: frame, maxSpeed: limit) }
+            let g = sparse ? fitting.min { misfit(groups[$0][groups[$0].count - 1]) < misfit(groups[$1][groups[$1].count - 1]) } : fitting.first
+            if fitsHeld, !sparse || g.map({ misfit(held) <= misfit(groups[$0][groups[$0].count - 1]) }) ?? true {
                 following += 1
                 if following < 2 { continue }
                 state = through
@@ -404,18 +404,37 @@ extension FilterCore {
     /// speed. Otherwise at no more than `maxSpeed`, both accuracies allowed
     /// for (as a recovery's run must agree, `recover`).
     static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
-        followingMargin(a, with: b, frame: frame, maxSpeed: maxSpeed) <= 1
-    }
-
-    /// How much of what `couldFollow` allows the way from `a` to `b` takes:
-    /// at most 1 when it could follow.
-    static func followingMargin(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Double {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
         let (accuracyA, accuracyB) = (Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM))
         guard let va = DopplerVelocity(a)?.vector, let vb = DopplerVelocity(b)?.vector else {
-            return impliedSpeed(hypot(bx - ax, by - ay), accuracies: accuracyA, accuracyB, elapsedMs: b.timeMs - a.timeMs) / maxSpeed
+            return impliedSpeed(hypot(bx - ax, by - ay), accuracies: accuracyA, accuracyB, elapsedMs: b.timeMs - a.timeMs) <= maxSpeed
         }
-        let dt = Double(b.timeMs - a.timeMs) / 1000, accuracies = accuracyA + accuracyB
+        return velocityMisfit(a, va, with: b, vb, frame: frame) <= 1
+    }
+
+    /// How badly `b` fits after `a`, for telling which of two fixes it
+    /// followed (0 fits exactly; 1 is as far as `couldFollow` allows with
+    /// Doppler): the way from where the velocities take it, against that
+    /// allowance; with one velocity only (creeping, or a phone that gives no
+    /// course), where that one takes it: a fix merely near a reflection ahead
+    /// on the road is not where the reflection's own velocity points.
+    /// Without either, the implied speed's share of the top speed.
+    static func misfit(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Double {
+        switch (DopplerVelocity(a)?.vector, DopplerVelocity(b)?.vector) {
+        case let (va?, vb?): return velocityMisfit(a, va, with: b, vb, frame: frame)
+        case let (va?, nil): return velocityMisfit(a, va, with: b, va, frame: frame)
+        case let (nil, vb?): return velocityMisfit(a, vb, with: b, vb, frame: frame)
+        case (nil, nil):
+            let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
+            let distance = hypot(bx - ax, by - ay)
+            return impliedSpeed(distance, accuracies: Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM), elapsedMs: b.timeMs - a.timeMs) / maxSpeed
+        }
+    }
+
+    private static func velocityMisfit(_ a: FilterInput, _ va: (east: Double, north: Double), with b: FilterInput,
+                                       _ vb: (east: Double, north: Double), frame: LocalFrame) -> Double {
+        let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
+        let dt = Double(b.timeMs - a.timeMs) / 1000, accuracies = Accuracy.meters(a.accuracyM) + Accuracy.meters(b.accuracyM)
         let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
         let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
         return hypot(bx - ex, by - ey) / (2 * accuracies + dt * dt / 2 + courseError)
