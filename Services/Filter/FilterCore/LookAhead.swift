@@ -357,12 +357,13 @@ extension FilterCore {
         for next in later where next.timeMs > newest.timeMs && witnesses(next, after: newest) {
             newest = next
             witnessed += 1
-            let fitsHeld = Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit)
-            let fitting = groups.indices.filter { Self.couldFollow(groups[$0][groups[$0].count - 1], with: next, frame: frame, maxSpeed: limit) }
-            // The group it could follow: from a sparse device the one it fits the closest.
+            let newestOf = { (g: Int) in groups[g][groups[g].count - 1] }
             let misfit = { (a: FilterInput) in Self.misfit(a, with: next, frame: frame, maxSpeed: limit) }
-            let g = sparse ? fitting.min { misfit(groups[$0][groups[$0].count - 1]) < misfit(groups[$1][groups[$1].count - 1]) } : fitting.first
-            if fitsHeld, !sparse || g.map({ misfit(held) <= misfit(groups[$0][groups[$0].count - 1]) }) ?? true {
+            let fitting = groups.indices.filter { Self.couldFollow(newestOf($0), with: next, frame: frame, maxSpeed: limit) }
+            // The group it could follow: from a sparse device the one it fits the closest.
+            let g = sparse ? fitting.min { misfit(newestOf($0)) < misfit(newestOf($1)) } : fitting.first
+            let fitsHeld = Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit)
+            if fitsHeld, !sparse || g.map({ misfit(held) <= misfit(newestOf($0)) }) ?? true {
                 following += 1
                 if following < 2 { continue }
                 state = through
