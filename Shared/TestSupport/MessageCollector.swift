@@ -196,4 +196,22 @@ public enum TestClient {
             responseTopic: responseTopic, timeout: .milliseconds(Int64(timeout * 1000)))
         return try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
     }
+
+    /// A command asked again until its reply is `enough` or `deadline` has
+    /// passed: the last reply, nil when none came. A request that times out
+    /// is asked again: a service working through a backlog (after a restart)
+    /// may answer later than one request waits.
+    public static func ask(_ client: MQTTClient, device: String, _ name: String, args: JSONValue? = nil,
+                           until deadline: ContinuousClock.Instant, enough: (CommandReply) -> Bool) async throws -> CommandReply? {
+        var last: CommandReply?
+        while ContinuousClock.now < deadline {
+            do {
+                last = try await command(client, device: device, name, args: args)
+            } catch MQTTError.timedOut {
+                continue
+            }
+            if let last, enough(last) { break }
+        }
+        return last
+    }
 }

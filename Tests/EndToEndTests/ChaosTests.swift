@@ -74,18 +74,10 @@ extension HeavySuites {
 
         /// The decision log once it holds `count` decisions (asking again after each reply), or as it is at the deadline.
         func waitForDecisions(of device: String, count: Int, with client: MQTTClient) async throws -> [Replay.DecisionRow] {
-            let deadline = ContinuousClock.now + .seconds(120)
-            while ContinuousClock.now < deadline {
-                let reply: CommandReply
-                do {
-                    reply = try await TestClient.command(client, device: device, "getDecisions", args: .object([
-                        "limit": .number(1), "offset": .number(Double(count - 1))]))
-                } catch MQTTError.timedOut {
-                    // Working through the backlog the broker's restart left, the filter may answer
-                    // later than one request waits (10 s): ask again within the deadline.
-                    continue
-                }
-                if case .array(let rows)? = reply.result, !rows.isEmpty { break }
+            // Working through the backlog the broker's restart left, the filter may answer late: `ask` asks again.
+            _ = try await TestClient.ask(client, device: device, "getDecisions", args: .object([
+                "limit": .number(1), "offset": .number(Double(count - 1))]), until: .now + .seconds(120)) { reply in
+                if case .array(let rows)? = reply.result { !rows.isEmpty } else { false }
             }
             return try await Replay.decisions(of: device, with: client)
         }

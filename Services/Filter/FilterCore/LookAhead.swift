@@ -405,10 +405,8 @@ extension FilterCore {
     /// speed. Otherwise at no more than `maxSpeed`, both accuracies allowed
     /// for (as a recovery's run must agree, `recover`).
     static func couldFollow(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Bool {
-        let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-        let (accuracyA, accuracyB) = (Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM))
         guard let va = DopplerVelocity(a)?.vector, let vb = DopplerVelocity(b)?.vector else {
-            return impliedSpeed(hypot(bx - ax, by - ay), accuracies: accuracyA, accuracyB, elapsedMs: b.timeMs - a.timeMs) <= maxSpeed
+            return speedMisfit(a, with: b, frame: frame, maxSpeed: maxSpeed) <= 1
         }
         return velocityMisfit(a, va, with: b, vb, frame: frame) <= 1
     }
@@ -425,11 +423,15 @@ extension FilterCore {
         case let (va?, vb?): return velocityMisfit(a, va, with: b, vb, frame: frame)
         case let (va?, nil): return velocityMisfit(a, va, with: b, va, frame: frame)
         case let (nil, vb?): return velocityMisfit(a, vb, with: b, vb, frame: frame)
-        case (nil, nil):
-            let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-            let distance = hypot(bx - ax, by - ay)
-            return impliedSpeed(distance, accuracies: Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM), elapsedMs: b.timeMs - a.timeMs) / maxSpeed
+        case (nil, nil): return speedMisfit(a, with: b, frame: frame, maxSpeed: maxSpeed)
         }
+    }
+
+    /// The implied speed from `a` to `b`, both accuracies allowed for, as a share of `maxSpeed`.
+    private static func speedMisfit(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Double {
+        let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
+        return impliedSpeed(hypot(bx - ax, by - ay), accuracies: Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM),
+                            elapsedMs: b.timeMs - a.timeMs) / maxSpeed
     }
 
     private static func velocityMisfit(_ a: FilterInput, _ va: (east: Double, north: Double), with b: FilterInput,
