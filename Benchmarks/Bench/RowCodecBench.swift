@@ -51,20 +51,23 @@ enum RowCodecBench {
         return row
     }
 
-    /// What a decoded row takes in memory, against what the device cache
-    /// budgets for it (deviceStateCost): resident memory before and after holding
-    /// 10,000 decoded copies, so page rounding and malloc's slack count too.
+    /// What a device takes in the device cache, its row decoded, against
+    /// what the cache counts for it (cachedDeviceCost): resident memory
+    /// before and after holding 10,000 devices, so page rounding and malloc's
+    /// slack count too.
     static func inMemory(_ stored: Data, _ name: String) throws {
-        let copies = 10_000
-        var kept: [FilterRow] = []
-        kept.reserveCapacity(copies)
+        let devices = 10_000
         // Heap an earlier measurement freed would be reused unseen.
         Heap.trim()
         let before = ChildProcess.memory(of: getpid())?.resident ?? 0
-        for _ in 0..<copies { kept.append(try FilterRow.restored(from: stored, using: JSONCoding.decoder).row) }
-        let perRow = Double((ChildProcess.memory(of: getpid())?.resident ?? 0) - before) / Double(copies)
-        let budgeted = deviceStateCost(FilterRow.self, storedBytes: stored.count)
-        print(String(format: "  in memory (%@, %d bytes stored): %.0f bytes a row decoded (%d copies held); the cache budgets %d (%.2f of it)",
-                     name as NSString, stored.count, perRow, kept.count, budgeted, Double(budgeted) / perRow))
+        let cache = try deviceCacheHolding(devices, storedBytes: stored.count) {
+            try FilterRow.restored(from: stored, using: JSONCoding.decoder).row
+        }
+        // What growing the cache freed (its outgrown arrays), handed back as a service does when idle.
+        Heap.trim()
+        let perDevice = Double((ChildProcess.memory(of: getpid())?.resident ?? 0) - before) / Double(devices)
+        let counted = cachedDeviceCost(FilterRow.self, storedBytes: stored.count)
+        print(String(format: "  in memory (%@, %d bytes stored): %.0f bytes a cached device (%d held); the cache counts %d (%.2f of it)",
+                     name as NSString, stored.count, perDevice, withExtendedLifetime(cache) { devices }, counted, Double(counted) / perDevice))
     }
 }

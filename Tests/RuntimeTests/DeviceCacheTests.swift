@@ -88,4 +88,20 @@ struct DeviceCacheTests {
         // d1's uses before it was discarded no longer count: loaded again, it is young.
         #expect(held(cache, 0..<6) == [1, 3, 4, 5])
     }
+
+    /// Entries lie side by side, and a removed one's place is taken by the
+    /// last: every device still finds its own entry after evictions from
+    /// the middle and a discarded batch.
+    @Test func everyDeviceFindsItsOwnEntryAfterRemovals() {
+        let cache = cache(capacity: 10, holding: 10)
+        for i in stride(from: 0, to: 10, by: 2) { _ = cache.get(device(i)) }
+        for i in 10..<13 { cache.insertClean(device(i), i, storedBytes: 10) }
+        cache.evictIfNeeded()
+        cache.modify(device(12)) { $0 += 100 }
+        cache.discardDirty()
+        let held = held(cache, 0..<13)
+        #expect(held == [0, 2, 4, 6, 8, 10, 11])
+        for i in held { #expect(cache.get(device(i)) == i) }
+        #expect(cache.bytes == held.count * DeviceCache<Int>.cost(storedBytes: 10))
+    }
 }

@@ -1,9 +1,22 @@
 import Model
 
-/// What the device cache counts for one device's state of type `T`, stored
-/// in `storedBytes` (see `DeviceCache.cost`); public for the benchmark that
-/// checks it against the memory a decoded row really takes.
-public func deviceStateCost<T>(_ type: T.Type, storedBytes: Int) -> Int { MemoryLayout<T>.stride + 2 * storedBytes + 512 }
+/// What the device cache counts for a device whose state, of type `Row`, is
+/// `storedBytes` long in its stored form (see `DeviceCache.cost`); public
+/// for the benchmark that checks it against what a cached device takes.
+public func cachedDeviceCost<Row>(_ row: Row.Type, storedBytes: Int) -> Int {
+    DeviceCache<DeviceEntry<Row>>.cost(storedBytes: storedBytes)
+}
+
+/// For that benchmark: a device cache holding `devices` devices, each with
+/// the row `decode` returns (decoded anew for each, as loaded), counted as
+/// `storedBytes` long. Keep what it returns to keep them.
+public func deviceCacheHolding<Row>(_ devices: Int, storedBytes: Int, decode: () throws -> Row) rethrows -> AnyObject {
+    let cache = DeviceCache<DeviceEntry<Row>>(capacity: devices)
+    for i in 0..<devices {
+        cache.insertClean(DeviceID("device-\(i)")!, DeviceEntry(row: try decode(), inputs: [:], ackedThrough: 0), storedBytes: storedBytes)
+    }
+    return cache
+}
 
 /// A host's per-device state in memory, bounded by bytes and by count.
 /// Entries load from the store on first use and are written back once per
@@ -12,11 +25,15 @@ public func deviceStateCost<T>(_ type: T.Type, storedBytes: Int) -> Int { Memory
 /// (they load again when their device speaks): memory stays flat however
 /// many devices there are, and state beyond the budget lives on disk.
 ///
-/// An entry's size is an estimate from its stored form and its type's
-/// inline size (`cost(storedBytes:)`), known when it is loaded and again
-/// whenever it is written.
+/// A fleet speaks in turn: a cache that holds fewer devices than the fleet
+/// misses on every message. So an entry is counted close to what it takes
+/// (`cost`), and entries lie side by side in one array, found through a
+/// small index: kept in a dictionary, each entry's inline size took the
+/// table's spare buckets too (about 1.6 times it with 10,000 devices).
 final class DeviceCache<Entry> {
-    private var entries: [DeviceID: Slot] = [:]
+    /// Where each cached device's slot is in `slots`.
+    private var index: [DeviceID: Int] = [:]
+    private var slots: [Slot] = []
     private(set) var dirty: Set<DeviceID> = []
     private var tick: UInt64 = 0
     /// Every use in order, oldest first, from `head` on: a device and the
@@ -33,6 +50,7 @@ final class DeviceCache<Entry> {
     private(set) var bytes = 0
 
     private struct Slot {
+        let device: DeviceID
         var entry: Entry
         var used: UInt64
         var bytes: Int
@@ -48,35 +66,43 @@ final class DeviceCache<Entry> {
         self.budgetBytes = max(1, budgetBytes)
     }
 
-    /// Memory an entry takes, from the size of its stored form: decoded
-    /// values are wider than their bytes (optionals, array headers), and the
-    /// dictionary slot and device id come on top. The entry's inline size
-    /// counts whatever its stored form: a binary row leaves out its absent
-    /// fields, which take their room in memory all the same.
-    static func cost(storedBytes: Int) -> Int { deviceStateCost(Entry.self, storedBytes: storedBytes) }
+    /// Memory an entry takes, from the size of its stored form: its slot,
+    /// its index entry and its places in the list of uses, and what its
+    /// decoded values hold on the heap. Measured on filter rows (`tracker-bench
+    /// row-codec`): about 400 heap bytes up to a few hundred stored ones
+    /// (small arrays, most fields inline), then about 1.6 times the stored
+    /// bytes (long arrays of doubles are wider decoded than stored).
+    static func cost(storedBytes: Int) -> Int {
+        MemoryLayout<Slot>.stride + 64 + max(416, 2 * storedBytes - 1_024)
+    }
 
-    var count: Int { entries.count }
+    var count: Int { slots.count }
     /// Uses still listed, outdated ones included (for tests: the list stays bounded).
     var listedUses: Int { uses.count - head }
 
     func get(_ device: DeviceID) -> Entry? {
-        guard let i = entries.index(forKey: device) else { return nil }
-        let tick = use(device)
-        entries.values[i].used = tick
-        return entries.values[i].entry
+        guard let i = index[device] else { return nil }
+        slots[i].used = use(device)
+        return slots[i].entry
     }
 
     /// Caches an entry as loaded from the store (`storedBytes` long there).
     func insertClean(_ device: DeviceID, _ entry: Entry, storedBytes: Int) {
-        let cost = Self.cost(storedBytes: storedBytes), tick = use(device)
-        bytes += cost - (entries[device]?.bytes ?? 0)
-        entries[device] = Slot(entry: entry, used: tick, bytes: cost)
+        let slot = Slot(device: device, entry: entry, used: use(device), bytes: Self.cost(storedBytes: storedBytes))
+        bytes += slot.bytes
+        if let i = index[device] {
+            bytes -= slots[i].bytes
+            slots[i] = slot
+        } else {
+            index[device] = slots.count
+            slots.append(slot)
+        }
     }
 
     /// Changes a cached entry in place; it is written at the next commit.
     func modify(_ device: DeviceID, _ body: (inout Entry) -> Void) {
-        guard let i = entries.index(forKey: device) else { return }
-        body(&entries.values[i].entry)
+        guard let i = index[device] else { return }
+        body(&slots[i].entry)
         dirty.insert(device)
     }
 
@@ -84,10 +110,10 @@ final class DeviceCache<Entry> {
     /// returns how many bytes it took in the store: its size from then on.
     func writeDirty(_ write: (DeviceID, Entry) throws -> Int) rethrows {
         for device in dirty {
-            guard let i = entries.index(forKey: device) else { continue }
-            let cost = Self.cost(storedBytes: try write(device, entries.values[i].entry))
-            bytes += cost - entries.values[i].bytes
-            entries.values[i].bytes = cost
+            guard let i = index[device] else { continue }
+            let cost = Self.cost(storedBytes: try write(device, slots[i].entry))
+            bytes += cost - slots[i].bytes
+            slots[i].bytes = cost
         }
     }
 
@@ -103,13 +129,13 @@ final class DeviceCache<Entry> {
     /// Drops the least recently used clean entries once over either bound,
     /// until back under 80 % of both.
     func evictIfNeeded() {
-        guard entries.count > capacity || bytes > budgetBytes else { return }
+        guard slots.count > capacity || bytes > budgetBytes else { return }
         let keepCount = capacity - capacity / 5, keepBytes = budgetBytes - budgetBytes / 5
         var kept: [Use] = []
-        while entries.count > keepCount || bytes > keepBytes, head < uses.count {
+        while slots.count > keepCount || bytes > keepBytes, head < uses.count {
             let oldest = uses[head]
             head += 1
-            guard entries[oldest.device]?.used == oldest.tick else { continue }
+            guard isNewest(oldest) else { continue }
             if dirty.contains(oldest.device) { kept.append(oldest); continue }
             remove(oldest.device)
         }
@@ -123,8 +149,8 @@ final class DeviceCache<Entry> {
     private func use(_ device: DeviceID) -> UInt64 {
         // Outdated uses pile up while the cache is under its bounds: cleared
         // once they outnumber the entries, so the list stays within a few times the cache.
-        if uses.count - head >= 2 * entries.count + 1_024 {
-            uses = uses[head...].filter { entries[$0.device]?.used == $0.tick }
+        if uses.count - head >= 2 * slots.count + 1_024 {
+            uses = uses[head...].filter(isNewest)
             head = 0
         }
         tick &+= 1
@@ -139,7 +165,17 @@ final class DeviceCache<Entry> {
         head = 0
     }
 
+    /// Whether `use` is its device's newest (older ones are skipped).
+    private func isNewest(_ use: Use) -> Bool { index[use.device].map { slots[$0].used == use.tick } ?? false }
+
+    /// Removes a device's slot; the last slot takes its place.
     private func remove(_ device: DeviceID) {
-        if let slot = entries.removeValue(forKey: device) { bytes -= slot.bytes }
+        guard let i = index.removeValue(forKey: device) else { return }
+        bytes -= slots[i].bytes
+        let last = slots.removeLast()
+        if i < slots.count {
+            slots[i] = last
+            index[last.device] = i
+        }
     }
 }
