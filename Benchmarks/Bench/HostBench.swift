@@ -22,8 +22,9 @@ enum HostBench {
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         // HOST_BUDGET=MB: the host's cacheBudgetMB (the services' default, 8, otherwise).
         let budgetMB = try environmentNumber("HOST_BUDGET", minimum: 1, maximum: 65_536) ?? 8
+        let counters = HealthCounters()
         let host = try ServiceHost(definition(), databasePath: path, bus: NullBus(), topics: Topics(),
-                                   logger: Logger(label: "bench", minimum: .error), counters: HealthCounters(),
+                                   logger: Logger(label: "bench", minimum: .error), counters: counters,
                                    cacheBudgetBytes: budgetMB << 20)
         let noisy = NoiseGenerator(seed: 1).apply(to: try Fixtures.fixes("mtv-drive-truth.jsonl"))
         let warmup = 2 * devices
@@ -42,11 +43,13 @@ enum HostBench {
             }
         }
         receive(0..<warmup)
+        let loadsBefore = counters.counted("rowLoads")
         let start = ContinuousClock.now
         receive(warmup..<messages.count)
         let seconds = (ContinuousClock.now - start).seconds
-        print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of 400, after two unmeasured rounds; a cache of %d MB)",
-                     Double(count) / seconds, count, devices, budgetMB))
+        let loads = Double(counters.counted("rowLoads") - loadsBefore) / Double(count)
+        print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of 400, after two unmeasured rounds; a cache of %d MB; %.2f row loads a message)",
+                     Double(count) / seconds, count, devices, budgetMB, loads))
     }
 
     /// The filter's shape: judge, log the judgement (decision and judged point in one row), send the point.

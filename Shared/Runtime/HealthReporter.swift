@@ -43,6 +43,10 @@ public final class HealthCounters: Sendable {
     public func count(_ name: String, _ n: Int64 = 1) {
         if let parent { parent.count(name, n) } else { state.withLock { $0.extra[name, default: 0] += n } }
     }
+    /// What `count` has summed for `name` so far (for benchmarks).
+    public func counted(_ name: String) -> Int64 {
+        parent?.counted(name) ?? state.withLock { $0.extra[name] ?? 0 }
+    }
     /// A figure that is set, not summed (the uploader's oldest queued point's age).
     public func set(_ name: String, _ value: Int64?) { if let parent { parent.set(name, value) } else { state.withLock { $0.extra[name] = value } } }
     /// Sets (or, with nil, clears) the note health carries.

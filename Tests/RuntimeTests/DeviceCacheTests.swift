@@ -7,10 +7,19 @@ import Testing
 struct DeviceCacheTests {
     func device(_ n: Int) -> DeviceID { DeviceID("d\(n)")! }
 
+    /// A cache holding devices 0..<n, each loaded and used again (so
+    /// least recently used goes first among them).
     func cache(capacity: Int, holding n: Int) -> DeviceCache<Int> {
         let cache = DeviceCache<Int>(capacity: capacity)
-        for i in 0..<n { cache.insertClean(device(i), i, storedBytes: 10) }
+        for i in 0..<n { load(cache, i) }
         return cache
+    }
+
+    /// Device `n` loaded, and used again in a later batch.
+    func load(_ cache: DeviceCache<Int>, _ n: Int) {
+        cache.insertClean(device(n), n, storedBytes: 10)
+        cache.markClean()
+        _ = cache.get(device(n))
     }
 
     func held(_ cache: DeviceCache<Int>, _ range: Range<Int>) -> [Int] { range.filter { cache.get(device($0)) != nil } }
@@ -18,8 +27,8 @@ struct DeviceCacheTests {
     @Test func evictsTheLeastRecentlyUsedFirst() {
         let cache = cache(capacity: 5, holding: 5)
         _ = cache.get(device(0))
-        cache.insertClean(device(5), 5, storedBytes: 10)
-        cache.insertClean(device(6), 6, storedBytes: 10)
+        load(cache, 5)
+        load(cache, 6)
         cache.evictIfNeeded()
         // Down to 80 % of 5: the three used longest ago go, d0 (used again) stays.
         #expect(cache.count == 4)
@@ -35,19 +44,19 @@ struct DeviceCacheTests {
         // Written and clean again, d0 is still the oldest use: it goes first (then d3).
         cache.markClean()
         let again = self.cache(capacity: 5, holding: 0)
-        for i in 0..<6 { again.insertClean(device(i), i, storedBytes: 10) }
+        for i in 0..<6 { load(again, i) }
         again.modify(device(0)) { $0 += 1 }
         again.evictIfNeeded()
         again.markClean()
-        again.insertClean(device(6), 6, storedBytes: 10)
-        again.insertClean(device(7), 7, storedBytes: 10)
+        load(again, 6)
+        load(again, 7)
         again.evictIfNeeded()
         #expect(held(again, 0..<8) == [4, 5, 6, 7])
     }
 
     @Test func evictsByBytesInUseOrder() {
         let cache = DeviceCache<Int>(capacity: 1_000, budgetBytes: 5 * DeviceCache<Int>.cost(storedBytes: 10))
-        for i in 0..<6 { cache.insertClean(device(i), i, storedBytes: 10) }
+        for i in 0..<6 { load(cache, i) }
         _ = cache.get(device(1))
         cache.evictIfNeeded()
         // Down to 80 % of the budget: the two used longest ago go.
@@ -61,17 +70,17 @@ struct DeviceCacheTests {
         #expect(cache.listedUses <= 2 * 3 + 1_024 + 1)
         // Still in use order after the clearing: d1, d2, d0 (last used in
         // that order) go first, then d3 and d4.
-        for i in 3..<13 { cache.insertClean(device(i), i, storedBytes: 10) }
+        for i in 3..<13 { load(cache, i) }
         cache.evictIfNeeded()
         #expect(held(cache, 0..<13) == Array(5..<13))
     }
 
     @Test func theUseThatClearsTheListCounts() {
         let cache = cache(capacity: 10, holding: 3)
-        // Three inserts and 1,028 uses: the last use, of d1, clears the list.
-        for k in 0..<1_028 { _ = cache.get(device(k % 3)) }
+        // Three loads (six uses) and 1,025 uses: the last use, of d1, clears the list.
+        for k in 0..<1_025 { _ = cache.get(device(k % 3)) }
         #expect(cache.listedUses <= 4)
-        for i in 3..<13 { cache.insertClean(device(i), i, storedBytes: 10) }
+        for i in 3..<13 { load(cache, i) }
         cache.evictIfNeeded()
         // d2, d0 and d1 were used before the ten new devices: all three go, then d3 and d4.
         #expect(held(cache, 0..<13) == Array(5..<13))
@@ -82,8 +91,8 @@ struct DeviceCacheTests {
         cache.modify(device(1)) { $0 += 100 }
         cache.discardDirty()
         #expect(cache.get(device(1)) == nil)
-        cache.insertClean(device(1), 1, storedBytes: 10)
-        cache.insertClean(device(5), 5, storedBytes: 10)
+        load(cache, 1)
+        load(cache, 5)
         cache.evictIfNeeded()
         // d1's uses before it was discarded no longer count: loaded again, it is young.
         #expect(held(cache, 0..<6) == [1, 3, 4, 5])
@@ -95,7 +104,7 @@ struct DeviceCacheTests {
     @Test func everyDeviceFindsItsOwnEntryAfterRemovals() {
         let cache = cache(capacity: 10, holding: 10)
         for i in stride(from: 0, to: 10, by: 2) { _ = cache.get(device(i)) }
-        for i in 10..<13 { cache.insertClean(device(i), i, storedBytes: 10) }
+        for i in 10..<13 { load(cache, i) }
         cache.evictIfNeeded()
         cache.modify(device(12)) { $0 += 100 }
         cache.discardDirty()
@@ -103,5 +112,52 @@ struct DeviceCacheTests {
         #expect(held == [0, 2, 4, 6, 8, 10, 11])
         for i in held { #expect(cache.get(device(i)) == i) }
         #expect(cache.bytes == held.count * DeviceCache<Int>.cost(storedBytes: 10))
+    }
+
+    /// A fleet speaking in turn, larger than the cache, as the host uses it:
+    /// a device loads when it is not cached, and eviction runs after each
+    /// batch. Least recently used alone, every message would miss. Each
+    /// device sends two fixes at once, which does not make it one the
+    /// cache reuses.
+    @Test func aFleetLargerThanTheCacheSpeakingInTurnStillHitsMostly() {
+        let cache = DeviceCache<Int>(capacity: 100)
+        var hitsInRound: [Int] = []
+        for _ in 0..<10 {
+            var hits = 0
+            for d in 0..<120 {
+                if cache.get(device(d)) != nil { hits += 1 } else { cache.insertClean(device(d), d, storedBytes: 10) }
+                _ = cache.get(device(d))
+                if d % 20 == 19 {
+                    cache.markClean()
+                    cache.evictIfNeeded()
+                }
+            }
+            hitsInRound.append(hits)
+            #expect(cache.count <= 100)
+        }
+        // The cache keeps 80 of the 120 from round to round.
+        #expect(hitsInRound.suffix(5).allSatisfy { $0 >= 75 }, "hits in each round: \(hitsInRound)")
+    }
+
+    /// Devices silent for long make way, even for devices that have not
+    /// been used again yet (which otherwise go first): once the cache has
+    /// seen four times as many uses as it has entries without them.
+    @Test func devicesThatFellSilentMakeWayForThoseThatSpeak() {
+        let cache = cache(capacity: 10, holding: 8)
+        // Devices 100… speak once a round, and 0…7 are silent.
+        var missesInRound: [Int] = []
+        for _ in 0..<20 {
+            var misses = 0
+            for d in 100..<108 where cache.get(device(d)) == nil {
+                misses += 1
+                cache.insertClean(device(d), d, storedBytes: 10)
+            }
+            cache.markClean()
+            cache.evictIfNeeded()
+            missesInRound.append(misses)
+        }
+        #expect(held(cache, 0..<8).isEmpty)
+        #expect(held(cache, 100..<108) == Array(100..<108))
+        #expect(missesInRound.suffix(5) == [0, 0, 0, 0, 0], "misses in each round: \(missesInRound)")
     }
 }
