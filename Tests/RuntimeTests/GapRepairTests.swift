@@ -191,7 +191,9 @@ private final class RepairHarness {
     }
 
     @Test func aTipOfADeviceCommittedLatelyIsCheckedWithoutReadingItsRow() throws {
-        // A cache of one device: each device's row is read back from the store when it is next needed.
+        // A cache of one device: it keeps the device it had (a) and drops b,
+        // loaded after it and not used again, whose row is read back from the
+        // store when it is next needed.
         let h = try RepairHarness(consumerCache: 1)
         h.deliver(h.produce("a", 1...4))
         h.deliver(h.produce("b", 1...4))
@@ -199,7 +201,7 @@ private final class RepairHarness {
         h.deliver([h.health(tips: ["a": 4, "b": 4])])
         #expect((h.counters.snapshot().extra["rowLoads"] ?? 0) == loads, "tips already reached read no row")
         h.clock.advance(by: .seconds(1))
-        h.deliver([h.health(tips: ["a": 6])])
+        h.deliver([h.health(tips: ["b": 6])])
         #expect((h.counters.snapshot().extra["rowLoads"] ?? 0) == loads + 1, "a tip ahead of the mark committed lately reads the row")
         h.clock.advance(by: .seconds(2))
         h.tick()
