@@ -149,6 +149,9 @@ public final class Outbox: Sendable {
         state.withLock { followed in
             guard followed.progress[device] != nil else { return }
             followed.progress[device]!.pending.remove(seq)
+            // An emptied set keeps its storage: with a large fleet, quiet
+            // devices wait long for their watermark's save, each holding one.
+            if followed.progress[device]!.pending.isEmpty { followed.progress[device]!.pending = [] }
             followed.progress[device]!.advance()
             if followed.progress[device]!.ackedThrough > followed.progress[device]!.saved, followed.unsaved[device] == nil {
                 followed.unsaved[device] = clock.nowMs()
@@ -185,6 +188,8 @@ public final class Outbox: Sendable {
 
     /// Devices followed now (tests, health).
     var followedDevices: Int { state.withLock { $0.progress.count } }
+    /// Room the device's set of messages in flight holds (tests).
+    func inFlightCapacityForTests(_ device: DeviceID) -> Int? { state.withLock { $0.progress[device]?.pending.capacity } }
 
     /// Messages published and not yet acknowledged by the broker.
     public var pendingCount: Int { state.withLock { $0.progress.values.reduce(0) { $0 + $1.pending.count } } }
