@@ -184,9 +184,9 @@ public struct CommonSettings: Sendable {
     public var instance: String
     public var healthIntervalSec: Double
     public var logLevel: LogLevel
-    /// Devices whose state a service keeps in memory (least recently used leave first).
+    /// Devices whose state a service keeps in memory (see `DeviceCache` for which leave first).
     public var deviceCacheCapacity: Int
-    /// Memory for device state, in MB (estimated from its stored size); beyond it, state lives on disk.
+    /// Memory for device state, in MB (what each device takes, from its layout and stored size); beyond it, state lives on disk.
     public var cacheBudgetMB: Int
     /// Queries (reads of stored data) waiting at most; beyond, the reply is `busy`.
     public var queryBacklog: Int

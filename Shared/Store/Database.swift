@@ -18,7 +18,7 @@ public final class Database {
     /// `synchronous=NORMAL`: a commit survives a process kill; only an OS
     /// crash may lose the last few. `readOnly` opens a second connection for
     /// queries beside the writer (WAL lets it read while the writer writes).
-    public init(path: String, readOnly: Bool = false, cacheKB: Int = 5_000) throws {
+    public init(path: String, readOnly: Bool = false, cacheKB: Int = 3_000) throws {
         var db: OpaquePointer?
         // Created 0600 by us, not 0644 by SQLite: the -wal and -shm files take the
         // database's own mode, and a store may hold secrets (the uploader's headers).
@@ -45,9 +45,10 @@ public final class Database {
         try execute("PRAGMA wal_autocheckpoint=1000")
         try execute("PRAGMA journal_size_limit=4194304")
         // A batch of a few hundred messages should fit in the page cache, or
-        // SQLite spills (writes) pages mid-transaction and again at commit;
-        // 5 MB keeps a service under 50 MB with 10,000 devices; against 8 MB it
-        // measured −5 % over 200k fixes, no difference over 1M (docs/benchmarks/2026-12-01.md, "Memory and disk").
+        // SQLite spills (writes) pages mid-transaction and again at commit.
+        // 3 MB (the services' `sqliteCacheMB`) keeps a filter with 10,000
+        // devices and an 8 MB device cache under 50 MB: the device cache
+        // holds the rows a fix needs (docs/benchmarks/2026-12-06-fleet-cache.md).
         try execute("PRAGMA cache_size=-\(max(100, cacheKB))")
         // Savepoint sub-journals in memory, not in a temporary file per savepoint.
         try execute("PRAGMA temp_store=MEMORY")

@@ -2,8 +2,9 @@ import Model
 @testable import Runtime
 import Testing
 
-/// The device cache drops the least recently used clean entries, in the
-/// order of their last use, and keeps what a batch changed.
+/// The device cache drops silent devices, then devices it loaded and has
+/// not used again, then the least recently used, and keeps what a batch
+/// changed.
 struct DeviceCacheTests {
     func device(_ n: Int) -> DeviceID { DeviceID("d\(n)")! }
 
@@ -119,12 +120,13 @@ struct DeviceCacheTests {
     /// batch. Least recently used alone, every message would miss. Each
     /// device sends two fixes at once, which does not make it one the
     /// cache reuses.
-    @Test func aFleetLargerThanTheCacheSpeakingInTurnStillHitsMostly() {
+    @Test(arguments: [120, 1_000])
+    func aFleetLargerThanTheCacheSpeakingInTurnStillHitsMostly(fleet: Int) {
         let cache = DeviceCache<Int>(capacity: 100)
         var hitsInRound: [Int] = []
         for _ in 0..<10 {
             var hits = 0
-            for d in 0..<120 {
+            for d in 0..<fleet {
                 if cache.get(device(d)) != nil { hits += 1 } else { cache.insertClean(device(d), d, storedBytes: 10) }
                 _ = cache.get(device(d))
                 if d % 20 == 19 {
@@ -135,7 +137,8 @@ struct DeviceCacheTests {
             hitsInRound.append(hits)
             #expect(cache.count <= 100)
         }
-        // The cache keeps 80 of the 120 from round to round.
+        // The cache keeps 80 of the fleet from round to round (ten times
+        // the cache: its devices speak many times its size apart, yet are not silent).
         #expect(hitsInRound.suffix(5).allSatisfy { $0 >= 75 }, "hits in each round: \(hitsInRound)")
     }
 
@@ -159,5 +162,24 @@ struct DeviceCacheTests {
         #expect(held(cache, 0..<8).isEmpty)
         #expect(held(cache, 100..<108) == Array(100..<108))
         #expect(missesInRound.suffix(5) == [0, 0, 0, 0, 0], "misses in each round: \(missesInRound)")
+    }
+
+    /// A device that spoke once and never again does not keep its place
+    /// either: once the devices used again show how long a round of the
+    /// fleet is, it goes after four rounds.
+    @Test func aDeviceThatSpokeOnceMakesWayOnceTheFleetsRoundIsKnown() {
+        let cache = DeviceCache<Int>(capacity: 100)
+        for d in 1_000..<1_010 { cache.insertClean(device(d), d, storedBytes: 10) }
+        cache.markClean()
+        for _ in 0..<12 {
+            for d in 0..<120 {
+                if cache.get(device(d)) == nil { cache.insertClean(device(d), d, storedBytes: 10) }
+                if d % 20 == 19 {
+                    cache.markClean()
+                    cache.evictIfNeeded()
+                }
+            }
+        }
+        #expect(held(cache, 1_000..<1_010).isEmpty)
     }
 }

@@ -253,7 +253,7 @@ final class PauseLog: @unchecked Sendable {
     }
 
     /// The budget is in bytes: a device whose state is big takes more of it.
-    /// Over it, the least recently used leave, and load again when they speak.
+    /// Over it, devices leave (those loaded and not used again first), and load again when they speak.
     @Test func memoryIsBoundedByTheBudgetInBytes() throws {
         let h = try HostHarness(capacity: 10_000, budgetBytes: 64_000)
         for round in 1...3 {

@@ -36,8 +36,14 @@ final class DeviceCache<Entry> {
     private var slots: [Slot] = []
     private(set) var dirty: Set<DeviceID> = []
     private var tick: UInt64 = 0
-    /// Batches ended (committed or failed).
+    /// Batches committed.
     private var batches: UInt64 = 0
+    /// How many uses apart the devices used again lately spoke, at most:
+    /// the longest gap since the last eviction, or half the one before.
+    /// How long a device loaded once may wait for its next message before
+    /// it counts as silent (none, until a device was used again).
+    private var round: UInt64 = 0
+    private var longestGapSinceEviction: UInt64 = 0
     /// Every use in order, oldest first, from `head` on: a device and the
     /// tick of that use. Only a device's newest use counts (its slot's
     /// `used`); older ones are skipped when met. A use costs an append, and
@@ -56,8 +62,13 @@ final class DeviceCache<Entry> {
         var entry: Entry
         var used: UInt64
         var bytes: Int
-        /// The batch that loaded it.
-        let loadedIn: UInt64
+        /// The batch of its last use.
+        var usedIn: UInt64
+        /// How many uses apart its device speaks: the newest gap between two
+        /// of its uses in different batches, or half the one before when that
+        /// was longer (so a burst does not make a device that speaks once a
+        /// round look like one that speaks all the time).
+        var gap: UInt64 = 0
         /// Used again in a later batch than the one that loaded it (a device
         /// sending two fixes at once has not spoken again).
         var reused = false
@@ -74,13 +85,15 @@ final class DeviceCache<Entry> {
     }
 
     /// Memory an entry takes, from the size of its stored form: its slot,
-    /// its index entry and its places in the list of uses, and what its
-    /// decoded values hold on the heap. Measured on filter rows (`tracker-bench
-    /// row-codec`): about 400 heap bytes up to a few hundred stored ones
-    /// (small arrays, most fields inline), then about 1.6 times the stored
-    /// bytes (long arrays of doubles are wider decoded than stored).
+    /// its index entry and its places in the list of uses (up to three, and
+    /// the index keeps its largest size), and what its decoded values hold
+    /// on the heap. Measured on filter rows (`tracker-bench row-codec`):
+    /// about 400 heap bytes up to a few hundred stored ones (small arrays,
+    /// most fields inline), then about 1.6 times the stored bytes at 3.7 KB
+    /// (long arrays of doubles are wider decoded than stored); counted as
+    /// twice the stored bytes less 1 KB.
     static func cost(storedBytes: Int) -> Int {
-        MemoryLayout<Slot>.stride + 64 + max(416, 2 * storedBytes - 1_024)
+        MemoryLayout<Slot>.stride + 128 + max(416, 2 * storedBytes - 1_024)
     }
 
     var count: Int { slots.count }
@@ -89,14 +102,22 @@ final class DeviceCache<Entry> {
 
     func get(_ device: DeviceID) -> Entry? {
         guard let i = index[device] else { return nil }
-        slots[i].used = use(device)
-        if slots[i].loadedIn != batches { slots[i].reused = true }
+        let tick = use(device)
+        // Uses within one batch are one message's worth: no gap, no reuse.
+        if slots[i].usedIn != batches {
+            let gap = tick - slots[i].used
+            slots[i].gap = max(gap, slots[i].gap / 2)
+            longestGapSinceEviction = max(longestGapSinceEviction, gap)
+            slots[i].usedIn = batches
+            slots[i].reused = true
+        }
+        slots[i].used = tick
         return slots[i].entry
     }
 
     /// Caches an entry as loaded from the store (`storedBytes` long there).
     func insertClean(_ device: DeviceID, _ entry: Entry, storedBytes: Int) {
-        let slot = Slot(device: device, entry: entry, used: use(device), bytes: Self.cost(storedBytes: storedBytes), loadedIn: batches)
+        let slot = Slot(device: device, entry: entry, used: use(device), bytes: Self.cost(storedBytes: storedBytes), usedIn: batches)
         bytes += slot.bytes
         if let i = index[device] {
             bytes -= slots[i].bytes
@@ -133,16 +154,19 @@ final class DeviceCache<Entry> {
 
     /// A failed batch: changed entries no longer match the store; forget them.
     func discardDirty() {
+        // Not a batch that ended: its messages come again, and a device
+        // they load again has not spoken again.
         for device in dirty { remove(device) }
         dirty.removeAll()
-        batches += 1
     }
 
     /// Once over either bound, drops clean entries until back under 80 %
     /// of both, in three passes: those whose device has been silent for four
-    /// times as many uses as the cache has entries, least recently used
-    /// first; those not used again (in a later batch) since they loaded,
-    /// most recently loaded first; then, if still over, the least recently used of the rest.
+    /// times as many uses as it usually speaks (a device loaded once: as the
+    /// devices used again lately spoke), and as the cache has entries, least
+    /// recently used first; those not used again (in a later
+    /// batch) since they loaded, most recently used first; then, if still
+    /// over, the least recently used of the rest.
     ///
     /// Why not least recently used alone: a fleet speaks in turn, so a cache
     /// smaller than the fleet would drop each device just before it speaks
@@ -151,10 +175,18 @@ final class DeviceCache<Entry> {
     /// which hits every round.
     func evictIfNeeded() {
         guard slots.count > capacity || bytes > budgetBytes else { return }
-        let silence = 4 * UInt64(slots.count), silentBefore = tick > silence ? tick - silence : 0
-        evictOldestFirst { $0.tick < silentBefore }
+        round = max(round / 2, longestGapSinceEviction)
+        longestGapSinceEviction = 0
+        // No device used within this many uses can be silent: the first pass stops there.
+        let shortestSilence = 4 * UInt64(slots.count)
+        evictOldestFirst(before: tick > shortestSilence ? tick - shortestSilence : 0) { [tick, round] slot in
+            // A device loaded once has no gap of its own yet: the fleet's round
+            // stands for it, once known (before, it waits for the next pass).
+            let gap = slot.reused ? slot.gap : (round > 0 ? round : .max / 8)
+            return tick - slot.used > 4 * max(gap, shortestSilence / 4)
+        }
         evictNewestLoadedFirst()
-        evictOldestFirst { _ in true }
+        evictOldestFirst(before: .max) { _ in true }
         dropUsedUp()
     }
 
@@ -162,15 +194,16 @@ final class DeviceCache<Entry> {
         slots.count > capacity - capacity / 5 || bytes > budgetBytes - budgetBytes / 5
     }
 
-    /// Drops entries from the least recently used on, while `take` says so
-    /// of the next use; changed ones stay, as old as they were.
-    private func evictOldestFirst(while take: (Use) -> Bool) {
+    /// Drops the entries `drop` names, from the least recently used on,
+    /// among those last used before the tick `before`; the others stay, as
+    /// old as they were, and so do changed ones.
+    private func evictOldestFirst(before: UInt64, dropping drop: (Slot) -> Bool) {
         var kept: [Use] = []
-        while overTarget, head < uses.count, take(uses[head]) {
+        while overTarget, head < uses.count, uses[head].tick < before {
             let oldest = uses[head]
             head += 1
-            guard isNewest(oldest) else { continue }
-            if dirty.contains(oldest.device) { kept.append(oldest); continue }
+            guard let i = index[oldest.device], slots[i].used == oldest.tick else { continue }
+            if dirty.contains(oldest.device) || !drop(slots[i]) { kept.append(oldest); continue }
             remove(oldest.device)
         }
         head -= kept.count
@@ -178,7 +211,8 @@ final class DeviceCache<Entry> {
     }
 
     /// Drops the clean entries not used again since they loaded, from the
-    /// most recently used back (their uses stay listed, outdated).
+    /// most recently used back (their uses stay listed, outdated, until the
+    /// list is next cleared).
     private func evictNewestLoadedFirst() {
         var i = uses.count
         while overTarget, i > head {
@@ -192,8 +226,9 @@ final class DeviceCache<Entry> {
 
     /// A new use of `device`: its tick.
     private func use(_ device: DeviceID) -> UInt64 {
-        // Outdated uses pile up while the cache is under its bounds: cleared
-        // once they outnumber the entries, so the list stays within a few times the cache.
+        // Outdated uses pile up (a device's earlier uses, and those of devices
+        // dropped newest first): cleared once they outnumber the slots, so
+        // the list stays within a few times the cache.
         if uses.count - head >= 2 * slots.count + 1_024 {
             uses = uses[head...].filter(isNewest)
             head = 0
