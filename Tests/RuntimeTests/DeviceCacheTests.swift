@@ -182,4 +182,36 @@ struct DeviceCacheTests {
         }
         #expect(held(cache, 1_000..<1_010).isEmpty)
     }
+
+    /// A fleet that changes as it goes (a tenth of it replaced every round,
+    /// and devices that speak once in between) keeps its steady part: the
+    /// round the cache waits for a device loaded once does not shrink while
+    /// devices keep speaking that far apart.
+    @Test func aFleetThatChangesAsItGoesKeepsHitting() {
+        let cache = DeviceCache<Int>(capacity: 100)
+        var fleet = Array(0..<1_000), next = 1_000, once = 100_000
+        var hitsInRound: [Int] = []
+        var batch = 0
+        func speak(_ d: Int) -> Bool {
+            let hit = cache.get(device(d)) != nil
+            if !hit { cache.insertClean(device(d), d, storedBytes: 10) }
+            batch += 1
+            if batch == 40 {
+                batch = 0
+                cache.markClean()
+                cache.evictIfNeeded()
+            }
+            return hit
+        }
+        for round in 0..<30 {
+            var hits = 0
+            for (k, d) in fleet.enumerated() {
+                if speak(d) { hits += 1 }
+                if k % 50 == 0 { _ = speak(once); once += 1 }
+            }
+            hitsInRound.append(hits)
+            for i in stride(from: round % 10, to: fleet.count, by: 10) { fleet[i] = next; next += 1 }
+        }
+        #expect(hitsInRound.suffix(10).allSatisfy { $0 >= 45 }, "hits in each round: \(hitsInRound)")
+    }
 }

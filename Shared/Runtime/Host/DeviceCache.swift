@@ -38,18 +38,20 @@ final class DeviceCache<Entry> {
     private var tick: UInt64 = 0
     /// Batches committed.
     private var batches: UInt64 = 0
-    /// How many uses apart the devices used again lately spoke, at most:
-    /// the longest gap since the last eviction, or half the one before.
-    /// How long a device loaded once may wait for its next message before
-    /// it counts as silent (none, until a device was used again).
+    /// The longest gap between a device's uses seen lately (in different
+    /// batches), halved once four times as many uses passed without one as
+    /// long: about a round of the fleet. How long a device loaded once may
+    /// wait for its next message before it counts as silent (for ever, until
+    /// a device was used again).
     private var round: UInt64 = 0
-    private var longestGapSinceEviction: UInt64 = 0
+    /// When `round` was last set.
+    private var roundSetAt: UInt64 = 0
     /// Every use in order, oldest first, from `head` on: a device and the
     /// tick of that use. Only a device's newest use counts (its slot's
     /// `used`); older ones are skipped when met. A use costs an append, and
-    /// eviction takes devices from the front, least recently used first,
-    /// without sorting the cache (with a fleet larger than the cache it runs
-    /// every few commits).
+    /// eviction takes devices from the front, least recently used first, or
+    /// from the back (devices loaded and not used again), without sorting
+    /// the cache (with a fleet larger than the cache it runs every few commits).
     private var uses: [Use] = []
     private var head = 0
     let capacity: Int
@@ -107,7 +109,7 @@ final class DeviceCache<Entry> {
         if slots[i].usedIn != batches {
             let gap = tick - slots[i].used
             slots[i].gap = max(gap, slots[i].gap / 2)
-            longestGapSinceEviction = max(longestGapSinceEviction, gap)
+            if gap >= round { (round, roundSetAt) = (gap, tick) }
             slots[i].usedIn = batches
             slots[i].reused = true
         }
@@ -175,8 +177,7 @@ final class DeviceCache<Entry> {
     /// which hits every round.
     func evictIfNeeded() {
         guard slots.count > capacity || bytes > budgetBytes else { return }
-        round = max(round / 2, longestGapSinceEviction)
-        longestGapSinceEviction = 0
+        if round > 0, tick - roundSetAt > 4 * round { (round, roundSetAt) = (round / 2, tick) }
         // No device used within this many uses can be silent: the first pass stops there.
         let shortestSilence = 4 * UInt64(slots.count)
         evictOldestFirst(before: tick > shortestSilence ? tick - shortestSilence : 0) { [tick, round] slot in
@@ -233,7 +234,7 @@ final class DeviceCache<Entry> {
             uses = uses[head...].filter(isNewest)
             head = 0
         }
-        tick &+= 1
+        tick += 1
         uses.append(Use(device: device, tick: tick))
         return tick
     }
