@@ -18,7 +18,10 @@ public final class Database {
     /// `synchronous=NORMAL`: a commit survives a process kill; only an OS
     /// crash may lose the last few. `readOnly` opens a second connection for
     /// queries beside the writer (WAL lets it read while the writer writes).
-    public init(path: String, readOnly: Bool = false, cacheKB: Int = 3_000) throws {
+    /// The page cache a store gets unless told (`sqliteCacheMB`'s default).
+    public static let defaultCacheKB = 3_000
+
+    public init(path: String, readOnly: Bool = false, cacheKB: Int = defaultCacheKB) throws {
         var db: OpaquePointer?
         // Created 0600 by us, not 0644 by SQLite: the -wal and -shm files take the
         // database's own mode, and a store may hold secrets (the uploader's headers).

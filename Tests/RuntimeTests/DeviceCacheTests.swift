@@ -25,6 +25,33 @@ struct DeviceCacheTests {
 
     func held(_ cache: DeviceCache<Int>, _ range: Range<Int>) -> [Int] { range.filter { cache.get(device($0)) != nil } }
 
+    /// Drives a cache as the host does: a device's message loads it when it
+    /// is not cached, and after every `batch` turns the batch commits and the
+    /// cache evicts.
+    final class Messages {
+        let cache: DeviceCache<Int>
+        let batch: Int
+        private var inBatch = 0
+
+        init(_ cache: DeviceCache<Int>, batch: Int) { self.cache = cache; self.batch = batch }
+
+        /// A turn of device `n`, `fixes` messages at once (in one batch):
+        /// whether its device was cached.
+        @discardableResult func from(_ n: Int, fixes: Int = 1) -> Bool {
+            let device = DeviceID("d\(n)")!
+            let hit = cache.get(device) != nil
+            if !hit { cache.insertClean(device, n, storedBytes: 10) }
+            for _ in 1..<fixes { _ = cache.get(device) }
+            inBatch += 1
+            if inBatch == batch {
+                inBatch = 0
+                cache.markClean()
+                cache.evictIfNeeded()
+            }
+            return hit
+        }
+    }
+
     @Test func evictsTheLeastRecentlyUsedFirst() {
         let cache = cache(capacity: 5, holding: 5)
         _ = cache.get(device(0))
@@ -122,17 +149,12 @@ struct DeviceCacheTests {
     /// cache reuses.
     @Test(arguments: [120, 1_000])
     func aFleetLargerThanTheCacheSpeakingInTurnStillHitsMostly(fleet: Int) {
-        let cache = DeviceCache<Int>(capacity: 100)
+        let cache = DeviceCache<Int>(capacity: 100), messages = Messages(cache, batch: 20)
         var hitsInRound: [Int] = []
         for _ in 0..<10 {
             var hits = 0
             for d in 0..<fleet {
-                if cache.get(device(d)) != nil { hits += 1 } else { cache.insertClean(device(d), d, storedBytes: 10) }
-                _ = cache.get(device(d))
-                if d % 20 == 19 {
-                    cache.markClean()
-                    cache.evictIfNeeded()
-                }
+                if messages.from(d, fixes: 2) { hits += 1 }
             }
             hitsInRound.append(hits)
             #expect(cache.count <= 100)
@@ -146,18 +168,11 @@ struct DeviceCacheTests {
     /// been used again yet (which otherwise go first): once the cache has
     /// seen four times as many uses as it has entries without them.
     @Test func devicesThatFellSilentMakeWayForThoseThatSpeak() {
-        let cache = cache(capacity: 10, holding: 8)
-        // Devices 100… speak once a round, and 0…7 are silent.
+        let cache = cache(capacity: 10, holding: 8), messages = Messages(cache, batch: 8)
+        // Devices 100… speak once a round (a batch), and 0…7 are silent.
         var missesInRound: [Int] = []
         for _ in 0..<20 {
-            var misses = 0
-            for d in 100..<108 where cache.get(device(d)) == nil {
-                misses += 1
-                cache.insertClean(device(d), d, storedBytes: 10)
-            }
-            cache.markClean()
-            cache.evictIfNeeded()
-            missesInRound.append(misses)
+            missesInRound.append((100..<108).filter { !messages.from($0) }.count)
         }
         #expect(held(cache, 0..<8).isEmpty)
         #expect(held(cache, 100..<108) == Array(100..<108))
@@ -168,17 +183,11 @@ struct DeviceCacheTests {
     /// either: once the devices used again show how long a round of the
     /// fleet is, it goes after four rounds.
     @Test func aDeviceThatSpokeOnceMakesWayOnceTheFleetsRoundIsKnown() {
-        let cache = DeviceCache<Int>(capacity: 100)
+        let cache = DeviceCache<Int>(capacity: 100), messages = Messages(cache, batch: 20)
         for d in 1_000..<1_010 { cache.insertClean(device(d), d, storedBytes: 10) }
         cache.markClean()
         for _ in 0..<12 {
-            for d in 0..<120 {
-                if cache.get(device(d)) == nil { cache.insertClean(device(d), d, storedBytes: 10) }
-                if d % 20 == 19 {
-                    cache.markClean()
-                    cache.evictIfNeeded()
-                }
-            }
+            for d in 0..<120 { messages.from(d) }
         }
         #expect(held(cache, 1_000..<1_010).isEmpty)
     }
@@ -188,26 +197,14 @@ struct DeviceCacheTests {
     /// round the cache waits for a device loaded once does not shrink while
     /// devices keep speaking that far apart.
     @Test func aFleetThatChangesAsItGoesKeepsHitting() {
-        let cache = DeviceCache<Int>(capacity: 100)
+        let messages = Messages(DeviceCache<Int>(capacity: 100), batch: 40)
         var fleet = Array(0..<1_000), next = 1_000, once = 100_000
         var hitsInRound: [Int] = []
-        var batch = 0
-        func speak(_ d: Int) -> Bool {
-            let hit = cache.get(device(d)) != nil
-            if !hit { cache.insertClean(device(d), d, storedBytes: 10) }
-            batch += 1
-            if batch == 40 {
-                batch = 0
-                cache.markClean()
-                cache.evictIfNeeded()
-            }
-            return hit
-        }
         for round in 0..<30 {
             var hits = 0
             for (k, d) in fleet.enumerated() {
-                if speak(d) { hits += 1 }
-                if k % 50 == 0 { _ = speak(once); once += 1 }
+                if messages.from(d) { hits += 1 }
+                if k % 50 == 0 { messages.from(once); once += 1 }
             }
             hitsInRound.append(hits)
             for i in stride(from: round % 10, to: fleet.count, by: 10) { fleet[i] = next; next += 1 }

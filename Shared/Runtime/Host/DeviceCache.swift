@@ -69,11 +69,11 @@ final class DeviceCache<Entry> {
         /// How many uses apart its device speaks: the newest gap between two
         /// of its uses in different batches, or half the one before when that
         /// was longer (so a burst does not make a device that speaks once a
-        /// round look like one that speaks all the time).
+        /// round look like one that speaks all the time). Zero until then.
         var gap: UInt64 = 0
         /// Used again in a later batch than the one that loaded it (a device
         /// sending two fixes at once has not spoken again).
-        var reused = false
+        var reused: Bool { gap > 0 }
     }
 
     private struct Use {
@@ -111,7 +111,6 @@ final class DeviceCache<Entry> {
             slots[i].gap = max(gap, slots[i].gap / 2)
             if gap >= round { (round, roundSetAt) = (gap, tick) }
             slots[i].usedIn = batches
-            slots[i].reused = true
         }
         slots[i].used = tick
         return slots[i].entry
@@ -178,13 +177,13 @@ final class DeviceCache<Entry> {
     func evictIfNeeded() {
         guard slots.count > capacity || bytes > budgetBytes else { return }
         if round > 0, tick - roundSetAt > 4 * round { (round, roundSetAt) = (round / 2, tick) }
-        // No device used within this many uses can be silent: the first pass stops there.
-        let shortestSilence = 4 * UInt64(slots.count)
-        evictOldestFirst(before: tick > shortestSilence ? tick - shortestSilence : 0) { [tick, round] slot in
+        // Silent: four times its gap, and four times the cache's size, without a use.
+        let entries = UInt64(slots.count)
+        evictOldestFirst(before: tick > 4 * entries ? tick - 4 * entries : 0) { [tick, round] slot in
             // A device loaded once has no gap of its own yet: the fleet's round
             // stands for it, once known (before, it waits for the next pass).
             let gap = slot.reused ? slot.gap : (round > 0 ? round : .max / 8)
-            return tick - slot.used > 4 * max(gap, shortestSilence / 4)
+            return tick - slot.used > 4 * max(gap, entries)
         }
         evictNewestLoadedFirst()
         evictOldestFirst(before: .max) { _ in true }

@@ -94,7 +94,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public init(_ definition: ServiceDefinition<Row>, databasePath: String, bus: any MessageBus, topics: Topics,
                 logger: Logger, counters: HealthCounters, clock: any WallClock = SystemWallClock(),
                 cacheCapacity: Int = 10_000, cacheBudgetBytes: Int = 8 << 20, queryBacklog: Int = 64,
-                maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = 3_000,
+                maxReplyBytes: Int = 1 << 20, sqliteCacheKB: Int = Database.defaultCacheKB,
                 instance: String? = nil, repair: RepairSettings = RepairSettings(), replyTopicPrefixes: [String] = [],
                 partition: Int? = nil, pause: @escaping (Duration) -> Void = { _ in }) throws {
         name = definition.name
