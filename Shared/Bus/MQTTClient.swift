@@ -1,6 +1,7 @@
 import CMosquitto
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 import TrackerLog
 import Synchronization
 

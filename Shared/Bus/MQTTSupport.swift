@@ -1,6 +1,6 @@
 import CMosquitto
 import Dispatch
-import Foundation
+import FoundationEssentials
 import TrackerLog
 import Synchronization
 

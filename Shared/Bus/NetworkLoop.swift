@@ -1,5 +1,6 @@
 import CMosquitto
-import Foundation
+import FoundationEssentials
+import Dispatch
 import TrackerLog
 import Synchronization
 #if canImport(Glibc)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// A compact binary form for state stored with every batch that touched a
 /// device (the filter's row). Through Codable a 14 KB filter row took about

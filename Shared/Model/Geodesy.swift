@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Distances on the WGS-84 sphere approximation, and a local metric frame.
 public enum Geodesy {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// An `Encoder` that writes JSON as the value's `encode(to:)` runs, in the
 /// order its fields are encoded. It is for stored state (a device's row,

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Any JSON value: command arguments and results travel as this, so that a
 /// service decodes only the arguments of the commands it owns.

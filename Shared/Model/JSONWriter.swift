@@ -123,7 +123,7 @@ extension JSONCoding {
     }
 }
 
-import Foundation
+import FoundationEssentials
 
 extension DeviceID: JSONWritable {
     public func write(to w: inout JSONWriter) { w.value(rawValue) }

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Wall-clock milliseconds, injectable so tests decide what "now" is.
 public protocol WallClock: Sendable {

@@ -1,6 +1,6 @@
 import Bus
 import TrackerLog
-import Foundation
+import FoundationEssentials
 import Model
 import Synchronization
 

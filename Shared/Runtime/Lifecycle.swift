@@ -1,6 +1,6 @@
 import Bus
 import Dispatch
-import Foundation
+import FoundationEssentials
 import TrackerLog
 import Synchronization
 

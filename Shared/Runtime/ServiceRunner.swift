@@ -1,5 +1,6 @@
 import Bus
-import Foundation
+import FoundationEssentials
+import Glibc
 import TrackerLog
 import Model
 import Synchronization
@@ -27,14 +28,14 @@ public struct ServiceContext: Sendable {
             // 0700: the stores are the service's alone.
             try FileManager.default.createDirectory(atPath: settings.dataDir, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
-            // One an earlier version made 0755 is tightened too, if it is ours.
-            let attributes = try FileManager.default.attributesOfItem(atPath: settings.dataDir)
-            if (attributes[.ownerAccountID] as? NSNumber)?.uint32Value == getuid(),
-               let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {
-                try FileManager.default.setAttributes([.posixPermissions: mode & 0o700], ofItemAtPath: settings.dataDir)
-            }
         } catch {
-            throw ConfigError("dataDir", "cannot create \(settings.dataDir): \(error.localizedDescription)")
+            throw ConfigError("dataDir", "cannot create \(settings.dataDir): \(error)")
+        }
+        // One an earlier version made 0755 is tightened too, if it is ours.
+        var info = stat()
+        if stat(settings.dataDir, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 != 0,
+           chmod(settings.dataDir, info.st_mode & 0o700) != 0 {
+            throw ConfigError("dataDir", "cannot make \(settings.dataDir) private (0700): \(String(cString: strerror(errno)))")
         }
         return "\(settings.dataDir)/\(settings.instance).sqlite"
     }
@@ -113,7 +114,7 @@ public enum ServiceRunner {
                                    replyTopicPrefixes: settings.replyTopicPrefixes,
                                    pause: { [client] in client.holdReading(for: $0) })
         } catch {
-            FileHandle.standardError.write(Data("tracker-\(name): \(error)\n".utf8))
+            StandardError.write("tracker-\(name): \(error)\n")
             return 2
         }
         let logger = context.logger
@@ -168,7 +169,7 @@ public enum ServiceRunner {
     static func repartition<Row>(name: String, arguments: [String], environment: [String: String],
                                  define: (ServiceContext, SettingsReader) throws -> ServiceDefinition<Row>) -> Int32 {
         func fail(_ text: String, code: Int32) -> Int32 {
-            FileHandle.standardError.write(Data("tracker-\(name) repartition: \(text)\n".utf8))
+            StandardError.write("tracker-\(name) repartition: \(text)\n")
             return code
         }
         var rest = Array(arguments.dropFirst(2))

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Store
 import TrackerLog
 import Model
@@ -79,29 +80,21 @@ public final class SettingsReader {
         }
     }
 
-    /// Where a file's JSON breaks, as "line L, column C: …". JSONDecoder
-    /// names no position; JSONSerialization gives a character offset.
+    /// Where a file's JSON breaks, as "line L, column C: …" (both from 1, the column in bytes).
     static func syntaxProblem(in data: Data) -> String? {
-        let message: String
-        do { _ = try JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]); return nil } catch {
-            guard let text = (error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String else { return nil }
-            message = text
-        }
-        guard let range = message.range(of: #"character \d+"#, options: .regularExpression),
-              let offset = Int(message[range].dropFirst("character ".count)) else { return message }
+        guard let problem = JSONSyntax.firstProblem(in: data) else { return nil }
         var line = 1, column = 1
-        for byte in data.prefix(offset) {
+        for byte in data.prefix(problem.offset) {
             if byte == UInt8(ascii: "\n") { line += 1; column = 1 } else { column += 1 }
         }
-        let problem = message[..<range.lowerBound].replacingOccurrences(of: " around ", with: "").trimmingCharacters(in: .whitespaces)
-        return "line \(line), column \(column): \(problem.isEmpty ? "syntax error" : problem)"
+        return "line \(line), column \(column): \(problem.message)"
     }
 
     /// The first line of a password file.
     public static func password(fromFile path: String) throws -> String {
         let text: String
         do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read \(path): \(error.localizedDescription)")
+            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read \(path): \(error)")
         }
         guard let line = text.split(whereSeparator: \.isNewline).first, !line.isEmpty else {
             throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "\(path) holds no password (its first line is empty)")
@@ -258,7 +251,7 @@ public struct CommonSettings: Sendable {
         leaseSec = try reader.double("leaseSec", default: 10, in: 2...600)
         let prefix = topicPrefix
         replyTopicPrefixes = try reader.optionalString("replyTopicPrefixes").map { list in
-            try list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.map { allowed in
+            try list.split(separator: ",").map { $0.trimmingSpaces() }.filter { !$0.isEmpty }.map { allowed in
                 guard !allowed.contains(where: { "+#".contains($0) }), !allowed.hasPrefix("$"), !allowed.hasPrefix("/"),
                       allowed.split(separator: "/").first.map(String.init) != prefix else {
                     throw ConfigError("replyTopicPrefixes", "each must be a topic prefix without + # or a leading $ or /, outside '\(prefix)/', got '\(allowed.prefix(120))'")

@@ -1,5 +1,6 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// Waits for SIGTERM or SIGINT.
 public enum Signals {

@@ -1,5 +1,6 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
+import Glibc
 
 // SQLITE_TRANSIENT tells SQLite to copy bound text/blobs before bind returns.
 private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 public enum LogLevel: String, Sendable, CaseIterable, Comparable {
     case debug, info, warning, error
@@ -37,6 +38,23 @@ public struct Logger: Sendable {
         // A log line must never throw into its caller; one that cannot be encoded still leaves a trace.
         var data = (try? Self.encoder.encode(line)) ?? Data(#"{"msg":"unencodable log line"}"#.utf8)
         data.append(0x0A)
-        FileHandle.standardError.write(data)
+        StandardError.write(data)
+    }
+}
+
+/// Standard error, written whole: a short write goes on, an interrupted one
+/// is retried. (FileHandle is libFoundation's, which the services do without.)
+public enum StandardError {
+    public static func write(_ text: String) { write(Data(text.utf8)) }
+
+    public static func write(_ data: Data) {
+        data.withUnsafeBytes { buffer in
+            guard var next = buffer.baseAddress else { return }
+            var left = buffer.count
+            while left > 0 {
+                let written = Glibc.write(STDERR_FILENO, next, left)
+                if written > 0 { next += written; left -= written } else if written < 0 && errno == EINTR { continue } else { return }
+            }
+        }
     }
 }

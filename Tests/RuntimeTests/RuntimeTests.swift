@@ -94,7 +94,7 @@ final class OutOfOrderBus: MessageBus, @unchecked Sendable {
         try Data("{\n  \"logLevel\": \"info\",\n  \"mqttPort\": 1883,,\n}\n".utf8).write(to: URL(fileURLWithPath: path))
         defer { try? FileManager.default.removeItem(atPath: path) }
         #expect { try SettingsReader.load(service: "gateway", arguments: ["--config", path], environment: [:]) } throws: {
-            ($0 as? ConfigError)?.description.contains("line 3, column 20: Invalid value") == true
+            ($0 as? ConfigError)?.description.contains("line 3, column 20: expected a quoted key") == true
         }
     }
 

@@ -1,6 +1,6 @@
 import Bus
 import FilterCore
-import Foundation
+import FoundationEssentials
 import Model
 import Runtime
 

@@ -1,5 +1,5 @@
 import FilterCore
-import Foundation
+import FoundationEssentials
 import Model
 import Runtime
 import Store

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// A departure without Doppler is seen late: the fixes must leave twice the

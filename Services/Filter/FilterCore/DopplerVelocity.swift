@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// What a fix's Doppler says of the device's velocity. Doppler speed is far

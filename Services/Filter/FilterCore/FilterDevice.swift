@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// A device as the filter keeps it: the Kalman state and how many

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// A fix as the filter sees it (`fix.latitude` reads its `reading`).

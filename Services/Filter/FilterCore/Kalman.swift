@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// The Kalman filter's steps: starting it, the prediction the innovation

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// A verdict with the fix it judges (with look-ahead it may be an earlier one).

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// How long a device's position errors persist, learned from the filter's
 /// innovations on fixes a second or two apart without Doppler.

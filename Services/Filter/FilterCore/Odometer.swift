@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// The odometer counts the way the device went between two published
 /// points, not the straight line. A second apart the two are the same; ten

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// The saved state is an envelope, `{"version": 2, "state": {…}}`, with one

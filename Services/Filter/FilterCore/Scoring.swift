@@ -39,9 +39,11 @@ public struct FilterScore: Sendable, CustomStringConvertible {
     public var cleanRMSERatio: Double { cleanFilteredRMSE / rawRMSE }
 
     public var description: String {
-        String(format: "length %.0f m vs truth %.0f m (%+.1f %%; odometer %+.1f %%; raw %+.0f %%), jumps rejected %d/%d (%.1f %%), clean rejected as outliers %d/%d (%.2f %%), RMSE %.1f m vs raw %.1f m (ratio %.2f), accepted %d",
-               acceptedLengthM, truthLengthM, lengthError * 100, odometerError * 100, (rawLengthM / truthLengthM - 1) * 100, jumpsRejected, jumps,
-               jumpRejection * 100, cleanRejectedAsOutliers, cleanFixes, cleanOutlierRate * 100, filteredRMSE, rawRMSE, rmseRatio, accepted)
+        "length \(acceptedLengthM.fixed(0)) m vs truth \(truthLengthM.fixed(0)) m (\((lengthError * 100).fixed(1, sign: true)) %; "
+            + "odometer \((odometerError * 100).fixed(1, sign: true)) %; raw \(((rawLengthM / truthLengthM - 1) * 100).fixed(0, sign: true)) %), "
+            + "jumps rejected \(jumpsRejected)/\(jumps) (\((jumpRejection * 100).fixed(1)) %), "
+            + "clean rejected as outliers \(cleanRejectedAsOutliers)/\(cleanFixes) (\((cleanOutlierRate * 100).fixed(2)) %), "
+            + "RMSE \(filteredRMSE.fixed(1)) m vs raw \(rawRMSE.fixed(1)) m (ratio \(rmseRatio.fixed(2))), accepted \(accepted)"
             + " reasons \(reasons.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " "))"
     }
 

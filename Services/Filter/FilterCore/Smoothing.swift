@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// Where a point goes: a position, its uncertainty and the velocity there.

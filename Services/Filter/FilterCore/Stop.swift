@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// The stop detector: when the device parks, what it says while parked, and when it leaves.

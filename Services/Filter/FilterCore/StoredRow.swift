@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// The filter's row as it is stored: a compact binary form (`BinaryCoding`),

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// A least-squares velocity over recent fixes, forgetting them exponentially
 /// (time constant `tau`). Constant size: a handful of running sums, so it
@@ -76,7 +77,7 @@ public struct TrendWindows: Codable, Sendable, Equatable {
 
     /// Each window's speed ± sigma, for diagnostics.
     public var summary: String {
-        windows.map { w in w.velocity.map { String(format: "%.1f±%.1f", $0.speed, $0.sigma) } ?? "-" }.joined(separator: " ")
+        windows.map { w in w.velocity.map { "\($0.speed.fixed(1))±\($0.sigma.fixed(1))" } ?? "-" }.joined(separator: " ")
     }
 
     /// True when some window's speed, less one standard deviation, is over `limit`.

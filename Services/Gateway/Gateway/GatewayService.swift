@@ -1,5 +1,5 @@
 import Bus
-import Foundation
+import FoundationEssentials
 import GatewayCore
 import Model
 import Runtime
@@ -199,7 +199,7 @@ enum GatewayService {
                     work.emit(.error(code: ErrorCode.badInput.rawValue, message: problem.message))
                 case .duplicates(let times):
                     work.count("duplicates", Int64(times.count))
-                    let list = times.map { String(format: "%.3f", Double($0) / 1000) }.joined(separator: ", ")
+                    let list = times.map { (Double($0) / 1000).fixed(3) }.joined(separator: ", ")
                     work.emit(.diagnostic(code: "duplicateFix", message: "dropped \(times.count) fix(es) already received with the same t: \(list)"))
                 case .ignored(let reason):
                     work.count("ignored")

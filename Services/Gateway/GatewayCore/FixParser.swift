@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// What one payload on `tracker/{device}/fixes` or `owntracks/{user}/{device}` holds.
@@ -79,7 +79,7 @@ public struct FixParser: Sendable {
             return .refused(InputProblem("payload is empty"))
         default:
             // Only which message to give depends on it: valid JSON of the wrong shape, or not JSON at all.
-            if (try? JSONSerialization.jsonObject(with: Data(payload), options: [.fragmentsAllowed])) != nil {
+            if JSONSyntax.firstProblem(in: payload) == nil {
                 return .refused(InputProblem("payload: expected a fix object or an array of fixes"))
             }
             return .refused(InputProblem("payload is not valid JSON"))
@@ -98,7 +98,7 @@ public struct FixParser: Sendable {
             }
             let location = try JSONCoding.decoder.decode(OwnTracksLocation.self, from: Data(payload))
             let result = validator.validate(location.deviceFix, source: .ownTracks, nowMs: nowMs)
-            return .fixes([result.mapError { InputProblem($0.message.replacingOccurrences(of: "speed:", with: "vel:")) }])
+            return .fixes([result.mapError { InputProblem($0.message.replacing("speed:", with: "vel:")) }])
         } catch {
             return .refused(Self.problem(error))
         }
@@ -203,8 +203,8 @@ public struct OwnTracksRegion: Equatable, Sendable {
     /// `'Home' 48.13700,11.57500 r 100 m`, as a diagnostic names it.
     public var summary: String {
         var text = "'\(name.prefix(60))'"
-        if let latitude, let longitude { text += String(format: " %.5f,%.5f", latitude, longitude) }
-        if let radiusM { text += String(format: " r %.0f m", radiusM) }
+        if let latitude, let longitude { text += " \(latitude.fixed(5)),\(longitude.fixed(5))" }
+        if let radiusM { text += " r \(radiusM.fixed(0)) m" }
         return text
     }
 }
@@ -339,7 +339,7 @@ extension KeyedDecodingContainer {
         guard let text = try? decode(String.self, forKey: key) else {
             throw DecodingError.typeMismatch(Double.self, .init(codingPath: codingPath + [key], debugDescription: "expected a number"))
         }
-        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        let trimmed = text.trimmingSpaces()
         // Only decimal notation: Double("nan"), "inf" and hex floats are not numbers a phone sends.
         guard !trimmed.isEmpty, trimmed.utf8.allSatisfy({ ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E || $0 == 0x2D || $0 == 0x2B || $0 == 0x65 || $0 == 0x45 }),
               let number = Double(trimmed), number.isFinite else {

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// What one of the app's `waypoint` or `waypoints` messages changes in the
@@ -22,7 +22,7 @@ public struct RegionPlan: Equatable, Sendable {
     /// The fence id of an app's region: `ot-` and its key, with what a fence id may not hold replaced.
     public static func fenceID(_ key: String) -> String {
         let safe = key.map { $0 == "/" || $0.isNewline ? "_" : $0 }
-        return "ot-" + String(safe).trimmingCharacters(in: .whitespaces)
+        return "ot-" + String(safe).trimmingSpaces()
     }
 
     /// - Parameters:

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// The gateway's row as it is stored (`BinaryStoredRow`): written with every

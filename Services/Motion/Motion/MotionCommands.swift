@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 import MotionCore
 import Runtime
@@ -128,9 +128,8 @@ extension MotionHandler {
         try saveFence(fence, in: index, owner: work.device)
         work.emit(.geofenceAdded(fence))
         if fence.radiusM < settings.minReliableRadiusM {
-            work.emit(.diagnostic(code: "smallGeofence", message: String(format:
-                "fence '%@' has a radius of %.0f m, below the %.0f m a phone's fix reliably resolves (minReliableRadiusM): entries and exits may be missed or late",
-                fence.id, fence.radiusM, settings.minReliableRadiusM)))
+            work.emit(.diagnostic(code: "smallGeofence", message:
+                "fence '\(fence.id)' has a radius of \(fence.radiusM.fixed(0)) m, below the \(settings.minReliableRadiusM.fixed(0)) m a phone's fix reliably resolves (minReliableRadiusM): entries and exits may be missed or late"))
         }
         guard !fleet else { return fence }  // devices enter a fleet fence at their next point
         // Re-arming starts the visit (and its dwell) again; armed around the device, it enters at once.
@@ -143,7 +142,7 @@ extension MotionHandler {
     }
 
     private func validated(_ args: GeofenceArgs, fleet: Bool) throws -> Geofence {
-        let id = args.id.trimmingCharacters(in: .whitespacesAndNewlines)
+        let id = args.id.trimmingWhitespace()
         guard !id.isEmpty, id == args.id, id.count <= Self.maxFenceIDLength, !id.contains(where: { $0.isNewline || $0 == "/" }) else {
             throw CommandError(.badInput, "id must be 1…\(Self.maxFenceIDLength) characters, without surrounding spaces, line breaks or '/'")
         }

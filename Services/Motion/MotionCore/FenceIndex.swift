@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// A fence with what checking a point against it needs, computed once.

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Model
 
 /// The active route (`setActiveRoute`): a polyline in a flat frame, so the

@@ -1,5 +1,5 @@
 import Bus
-import Foundation
+import FoundationEssentials
 
 /// How often each message failed to be stored, so one that keeps failing for
 /// a reason of its own is dropped (loudly) instead of blocking the queue.

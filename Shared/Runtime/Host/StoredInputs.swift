@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// A device's input watermarks as stored beside its row, in a binary form

@@ -1,5 +1,5 @@
 import Bus
-import Foundation
+import FoundationEssentials
 import Model
 
 /// The last seq applied from one producer's input, and that producer's epoch.

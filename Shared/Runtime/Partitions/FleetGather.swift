@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// How the partitions' replies to one `_fleet` command become the one reply

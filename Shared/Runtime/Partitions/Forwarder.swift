@@ -1,5 +1,6 @@
 import Bus
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Model
 import Synchronization
 import TrackerLog
@@ -32,7 +33,8 @@ final class Forwarder: @unchecked Sendable {
     let replyPrefixes: [String]
     let clock: any WallClock
     let counters: HealthCounters
-    private let unacknowledged = Unacknowledged()
+    /// Copies the broker has not acknowledged yet: entered on publish, left on the broker's answer.
+    private let unacknowledged = DispatchGroup()
     private let gathers: Mutex<FleetGather>
 
     /// A gather waits this long for every partition, unless its route says
@@ -80,14 +82,14 @@ final class Forwarder: @unchecked Sendable {
 
     /// Published on the output; the batch in hand is acknowledged once the broker holds it.
     private func publish(_ message: MQTTMessage) {
-        unacknowledged.add()
+        unacknowledged.enter()
         do {
             try output.publish(message) { [unacknowledged, logger] result in
                 if case .failure(let error) = result { logger.warning("a forwarded message was refused", ["error": "\(error)"]) }
-                unacknowledged.remove()
+                unacknowledged.leave()
             }
         } catch {
-            unacknowledged.remove()
+            unacknowledged.leave()
             logger.warning("a message could not be forwarded", ["mqtt.topic": message.topic, "error": "\(error)"])
         }
     }
@@ -186,7 +188,7 @@ final class Forwarder: @unchecked Sendable {
 
     /// Before the batch is acknowledged: true once the broker holds every
     /// copy; false after 10 s, and the batch comes again.
-    func waitForwarded() -> Bool { unacknowledged.waitForNone(timeout: 10) }
+    func waitForwarded() -> Bool { unacknowledged.wait(timeout: .now() + .seconds(10)) == .success }
 
     /// MQTT topic filter matching (`+` one level, `#` the rest), on levels.
     static func matches(_ filter: [Substring], _ topic: [Substring]) -> Bool {
@@ -198,28 +200,5 @@ final class Forwarder: @unchecked Sendable {
             f = f.dropFirst(); t = t.dropFirst()
         }
         return t.isEmpty
-    }
-}
-
-/// A count of messages the broker has not acknowledged yet, to wait on.
-final class Unacknowledged: @unchecked Sendable {
-    private let condition = NSCondition()
-    private var count = 0
-
-    func add() { condition.lock(); count += 1; condition.unlock() }
-
-    func remove() {
-        condition.lock()
-        count -= 1
-        if count == 0 { condition.broadcast() }
-        condition.unlock()
-    }
-
-    func waitForNone(timeout seconds: Double) -> Bool {
-        let deadline = Date(timeIntervalSinceNow: seconds)
-        condition.lock()
-        defer { condition.unlock() }
-        while count > 0 { if !condition.wait(until: deadline) { return count == 0 } }
-        return true
     }
 }

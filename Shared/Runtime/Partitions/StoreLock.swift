@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// An exclusive lock on a partition's store (`flock` on a file beside it):
 /// the second fence after the MQTT session, so two instances never write

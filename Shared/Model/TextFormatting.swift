@@ -1,0 +1,30 @@
+import Glibc
+
+// What FoundationEssentials leaves to libFoundation (String(format:),
+// trimmingCharacters), done here so that a service need not load
+// libFoundation and ICU for a handful of calls.
+
+extension Double {
+    /// Fixed-point text with `decimals` digits after the point, as printf's
+    /// `%.Nf` (`%+.Nf` with `sign`).
+    public func fixed(_ decimals: Int, sign: Bool = false) -> String {
+        let digits = Int32(min(max(decimals, 0), 20))
+        // 309 digits for the largest double, a sign, a point and the decimals.
+        var buffer = [CChar](repeating: 0, count: 336)
+        _ = withVaList([digits, self]) { vsnprintf(&buffer, buffer.count, sign ? "%+.*f" : "%.*f", $0) }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}
+
+extension StringProtocol {
+    /// Without the spaces and tabs at either end (line breaks stay).
+    public func trimmingSpaces() -> String { trimming { $0.isWhitespace && !$0.isNewline } }
+
+    /// Without whitespace or line breaks at either end.
+    public func trimmingWhitespace() -> String { trimming(\.isWhitespace) }
+
+    private func trimming(_ isTrimmed: (Character) -> Bool) -> String {
+        guard let first = firstIndex(where: { !isTrimmed($0) }), let last = lastIndex(where: { !isTrimmed($0) }) else { return "" }
+        return String(self[first...last])
+    }
+}
