@@ -33,6 +33,17 @@ struct HeapTrimSchedule {
 public enum Heap {
     /// Returns the free pages of every malloc arena to the system.
     public static func trim() { _ = malloc_trim(0) }
+
+    /// At most two malloc arenas, unless `MALLOC_ARENA_MAX` says otherwise.
+    /// glibc gives a thread that finds the heap busy an arena of its own, up
+    /// to eight a core, and each arena keeps its own free pages: the filter
+    /// with 100,000 devices was at 59 MB resident with the default and 50–51
+    /// with two. A service works on one thread at a time, so two cost no
+    /// throughput (measured the same at 10,000 devices).
+    public static func limitArenas(environment: [String: String]) {
+        guard environment["MALLOC_ARENA_MAX"] == nil else { return }
+        _ = mallopt(M_ARENA_MAX, 2)
+    }
 }
 
 /// A process's heap trims: `trimIfDue` on every tick of its network thread.

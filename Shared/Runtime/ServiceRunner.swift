@@ -56,6 +56,7 @@ public enum ServiceRunner {
         tickInterval: Duration = .seconds(1),
         define: (ServiceContext, SettingsReader) throws -> ServiceDefinition<Row>
     ) async -> Int32 {
+        Heap.limitArenas(environment: environment)
         if arguments.dropFirst().first == "repartition" {
             return repartition(name: name, arguments: arguments, environment: environment, define: define)
         }
