@@ -3,7 +3,7 @@
 // test checks it), so the page shows code that compiles and runs.
 
 // sample:begin
-import Foundation
+import FoundationEssentials
 import Model
 import Runtime
 
