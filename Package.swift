@@ -23,6 +23,8 @@ let package = Package(
         .systemLibrary(name: "CSQLite", path: "Shared/CSQLite", pkgConfig: "sqlite3",
                        providers: [.apt(["libsqlite3-dev"])]),
         .systemLibrary(name: "CMalloc", path: "Shared/CMalloc"),
+        .systemLibrary(name: "CCurl", path: "Shared/CCurl", pkgConfig: "libcurl",
+                       providers: [.apt(["libcurl4-openssl-dev"])]),
         .systemLibrary(name: "CMicroHTTPD", path: "Shared/CMicroHTTPD", pkgConfig: "libmicrohttpd",
                        providers: [.apt(["libmicrohttpd-dev"])]),
 
@@ -33,9 +35,9 @@ let package = Package(
         .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
         .target(name: "Runtime", dependencies: ["Model", "TrackerLog", "Bus", "Store", "CMalloc"], path: "Shared/Runtime",
                 swiftSettings: strict),
-        // Outgoing HTTP (URLSession): its own module, so that only the services
+        // Outgoing HTTP (libcurl): its own module, so that only the services
         // that call out (track, uploader) load libcurl and its TLS stack.
-        .target(name: "OutboundHTTP", path: "Shared/OutboundHTTP", swiftSettings: strict),
+        .target(name: "OutboundHTTP", dependencies: ["CCurl", "Model"], path: "Shared/OutboundHTTP", swiftSettings: strict),
         .target(name: "TestSupport", dependencies: ["Model", "Bus", "Runtime", "FilterCore", "MotionCore", "TrackCore"], path: "Shared/TestSupport",
                 swiftSettings: strict),
 

@@ -11,7 +11,8 @@ a container too. It speaks HTTP/1.1 and keeps connections open, as a
 customer's server would (every answer says its Content-Length).
 
 Each request takes the next STATUS from the list (`200`, `500`, `401`,
-`429:30` for a Retry-After of 30 s, `slow:5` to stall 5 s then answer 200);
+`429:30` for a Retry-After of 30 s, `slow:5` to stall 5 s then answer 200,
+`redirect:/p` for a 307 to that path);
 when the list is used up every request gets 200. Bodies of 2xx answers are
 appended to OUT.jsonl."""
 import http.server, signal, sys, threading, time
@@ -31,9 +32,11 @@ class Sink(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
         with lock:
             step = script.pop(0) if script else "200"
-        status, retry_after = 200, None
+        status, retry_after, location = 200, None, None
         if step.startswith("slow:"):
             time.sleep(float(step[5:]))
+        elif step.startswith("redirect:"):
+            status, location = 307, step[9:]
         elif step.startswith("429:"):
             status, retry_after = 429, step[4:]
         else:
@@ -44,6 +47,8 @@ class Sink(http.server.BaseHTTPRequestHandler):
         self.send_response(status)
         if retry_after:
             self.send_header("Retry-After", retry_after)
+        if location:
+            self.send_header("Location", location)
         self.send_header("Content-Length", "0")
         self.end_headers()
 

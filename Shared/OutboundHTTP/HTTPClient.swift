@@ -1,12 +1,14 @@
-import Foundation
+import CCurl
+import Dispatch
+import FoundationEssentials
+import Model
 import Synchronization
-#if canImport(FoundationNetworking)
-import FoundationNetworking
-#endif
 
-/// One HTTP exchange, held to its timeout as a whole: URLSession's own timer
-/// on Linux is an idle one, which a server answering slowly never trips
-/// (measured: a 3 s stall passed a 0.5 s timeout). Never on the network thread.
+/// One HTTP exchange over libcurl, held to its timeout as a whole
+/// (`CURLOPT_TIMEOUT_MS` covers connecting, sending and the whole answer,
+/// so a server answering slowly trips it too). Blocking: never on the
+/// network thread. libcurl itself rather than URLSession, so that a
+/// service calling out loads neither libFoundation nor FoundationNetworking.
 public enum HTTPClient {
     public struct Response: Sendable {
         public var statusCode: Int?
@@ -15,66 +17,31 @@ public enum HTTPClient {
         /// Why no server answered (timed out, connection refused, …).
         public var failure: String?
 
-        static let badURL = Response(statusCode: nil, headers: [:], body: Data(), failure: "bad URL")
-        static let noAnswer = Response(statusCode: nil, headers: [:], body: Data(), failure: "no answer")
-
         init(statusCode: Int?, headers: [String: String], body: Data, failure: String?) {
             self.statusCode = statusCode; self.headers = headers; self.body = body; self.failure = failure
         }
 
-        init(_ data: Data?, _ response: URLResponse?, _ error: (any Error)?) {
-            guard let http = response as? HTTPURLResponse else {
-                self.init(statusCode: nil, headers: [:], body: Data(), failure: error.map(HTTPClient.describe) ?? "no answer")
-                return
-            }
-            var fields: [String: String] = [:]
-            for case let (name as String, value as String) in http.allHeaderFields { fields[name.lowercased()] = value }
-            self.init(statusCode: http.statusCode, headers: fields, body: data ?? Data(), failure: nil)
-        }
+        static func failed(_ reason: String) -> Response { Response(statusCode: nil, headers: [:], body: Data(), failure: reason) }
     }
 
-    /// A session of our own rather than `URLSession.shared`: no response
-    /// cache and no cookies. An upload or a road query is never answered
-    /// from a cache, and an endpoint's cookies must not ride along with the
-    /// next request; the shared session still looked both up for every
-    /// request (a fifth of URLSession's time in the uploader).
-    private static let session: URLSession = {
-        let configuration = URLSessionConfiguration.default
-        configuration.urlCache = nil
-        configuration.requestCachePolicy = .reloadIgnoringLocalCacheData
-        configuration.httpCookieStorage = nil
-        configuration.httpShouldSetCookies = false
-        configuration.httpCookieAcceptPolicy = .never
-        configuration.urlCredentialStorage = nil
-        return URLSession(configuration: configuration)
-    }()
+    /// An answer larger than this is cut off and counts as a failure: a
+    /// road match or an endpoint's reply is far smaller.
+    static let maxBodyBytes = 64 << 20
 
-    /// The exchange, awaited: the uploader's worker.
+    /// The exchange, awaited: the uploader's worker. It blocks a thread of
+    /// its own, not one of the task pool's; cancelling the task ends it.
     public static func exchange(method: String, url: String, headers: [String: String] = [:], body: [UInt8]? = nil,
                                 timeoutMs: Int) async -> Response {
-        guard let request = request(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs) else { return .badURL }
-        let call = Call()
-        return await withTaskGroup(of: Response.self) { group in
-            group.addTask {
-                await withTaskCancellationHandler {
-                    await withCheckedContinuation { (continuation: CheckedContinuation<Response, Never>) in
-                        let task = session.dataTask(with: request) { data, response, error in
-                            continuation.resume(returning: Response(data, response, error))
-                        }
-                        call.start(task)
-                    }
-                } onCancel: {
-                    // The completion handler then runs with "cancelled", which resumes the continuation.
-                    call.cancel()
+        let cancellation = Cancellation()
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Response, Never>) in
+                DispatchQueue.global().async {
+                    continuation.resume(returning: perform(method: method, url: url, headers: headers, body: body,
+                                                           timeoutMs: timeoutMs, cancellation: cancellation))
                 }
             }
-            group.addTask {
-                do { try await Task.sleep(for: .milliseconds(timeoutMs)) } catch {}
-                return Response(statusCode: nil, headers: [:], body: Data(), failure: "timed out")
-            }
-            let first = await group.next() ?? .noAnswer
-            group.cancelAll()
-            return first
+        } onCancel: {
+            cancellation.cancel()
         }
     }
 
@@ -82,54 +49,124 @@ public enum HTTPClient {
     /// snapping, inside a query that cannot await.
     public static func send(method: String, url: String, headers: [String: String] = [:], body: [UInt8]? = nil,
                             timeoutMs: Int) -> Response {
-        guard let request = request(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs) else { return .badURL }
-        let done = DispatchSemaphore(value: 0)
-        let result = Mutex<Response?>(nil)
-        let task = session.dataTask(with: request) { data, response, error in
-            result.withLock { $0 = Response(data, response, error) }
-            done.signal()
-        }
-        task.resume()
-        if done.wait(timeout: .now() + .milliseconds(timeoutMs)) == .timedOut {
-            task.cancel()
-            return Response(statusCode: nil, headers: [:], body: Data(), failure: "timed out")
-        }
-        return result.withLock { $0 } ?? .noAnswer
+        perform(method: method, url: url, headers: headers, body: body, timeoutMs: timeoutMs, cancellation: Cancellation())
     }
 
-    private static func request(method: String, url: String, headers: [String: String], body: [UInt8]?, timeoutMs: Int) -> URLRequest? {
-        guard let target = URL(string: url) else { return nil }
-        var request = URLRequest(url: target, timeoutInterval: Double(timeoutMs) / 1000)
-        request.httpMethod = method
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        if let body { request.httpBody = Data(body) }
-        return request
+    /// Set once a task's exchange is no longer wanted; libcurl asks as it goes.
+    final class Cancellation: Sendable {
+        private let cancelled = Atomic(false)
+        func cancel() { cancelled.store(true, ordering: .relaxed) }
+        var isCancelled: Bool { cancelled.load(ordering: .relaxed) }
     }
 
-    /// The task of an exchange under way, for cancelling it: a cancel that
-    /// comes before the task exists cancels it as it starts.
-    private final class Call: Sendable {
-        private let state = Mutex<(task: URLSessionDataTask?, cancelled: Bool)>((nil, false))
+    /// libcurl's global state, set up before the first handle (thread-safe in libcurl ≥ 7.84).
+    private static let global: Void = { _ = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
-        func start(_ task: URLSessionDataTask) {
-            let cancelled = state.withLock { s in s.task = task; return s.cancelled }
-            task.resume()
-            if cancelled { task.cancel() }
-        }
+    static func perform(method: String, url: String, headers: [String: String], body: [UInt8]?, timeoutMs: Int,
+                        cancellation: Cancellation) -> Response {
+        _ = global
+        guard let curl = curl_easy_init() else { return .failed("no answer") }
+        defer { curl_easy_cleanup(curl) }
+        var fields: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(fields) }
+        for (name, value) in headers { fields = curl_slist_append(fields, "\(name): \(value)") }
+        // libcurl would wait for a 100 Continue before a large body; a plain request is what servers expect.
+        fields = curl_slist_append(fields, "Expect:")
 
-        func cancel() {
-            state.withLock { s in s.cancelled = true; return s.task }?.cancel()
+        let answer = CurlAnswer(cancellation)
+        let context = Unmanaged.passRetained(answer)
+        defer { context.release() }
+        tracker_curl_set_pointer(curl, CURLOPT_URL, url)
+        tracker_curl_set_pointer(curl, CURLOPT_PROTOCOLS_STR, "http,https")
+        if let body {
+            // COPYPOSTFIELDS copies the bytes, so they need not outlive this call.
+            tracker_curl_set_offset(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
+            body.withUnsafeBytes { _ = tracker_curl_set_pointer(curl, CURLOPT_COPYPOSTFIELDS, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)) }
         }
+        if method != (body == nil ? "GET" : "POST") { tracker_curl_set_pointer(curl, CURLOPT_CUSTOMREQUEST, method) }
+        tracker_curl_set_pointer(curl, CURLOPT_HTTPHEADER, fields)
+        // Redirects followed as URLSession did, to http and https only.
+        tracker_curl_set_long(curl, CURLOPT_FOLLOWLOCATION, 1)
+        tracker_curl_set_long(curl, CURLOPT_MAXREDIRS, 5)
+        tracker_curl_set_pointer(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        // Whatever encodings libcurl can decode, decoded.
+        tracker_curl_set_pointer(curl, CURLOPT_ACCEPT_ENCODING, "")
+        tracker_curl_set_long(curl, CURLOPT_TIMEOUT_MS, max(1, timeoutMs))
+        // No signals: a timeout during name resolution must not raise SIGALRM in a threaded process.
+        tracker_curl_set_long(curl, CURLOPT_NOSIGNAL, 1)
+        tracker_curl_set_data_callback(curl, CURLOPT_WRITEFUNCTION, receiveBody)
+        tracker_curl_set_pointer(curl, CURLOPT_WRITEDATA, context.toOpaque())
+        tracker_curl_set_data_callback(curl, CURLOPT_HEADERFUNCTION, receiveHeader)
+        tracker_curl_set_pointer(curl, CURLOPT_HEADERDATA, context.toOpaque())
+        tracker_curl_set_long(curl, CURLOPT_NOPROGRESS, 0)
+        tracker_curl_set_progress_callback(curl, checkCancelled)
+        tracker_curl_set_pointer(curl, CURLOPT_XFERINFODATA, context.toOpaque())
+
+        let code = curl_easy_perform(curl)
+        guard code == CURLE_OK else {
+            return .failed(answer.tooLarge ? "answer larger than \(maxBodyBytes >> 20) MB" : describe(code))
+        }
+        var status = 0
+        tracker_curl_response_code(curl, &status)
+        return Response(statusCode: status, headers: answer.headers, body: answer.body, failure: nil)
     }
 
-    static func describe(_ error: any Error) -> String {
-        switch (error as NSError).code {
-        case NSURLErrorTimedOut: "timed out"
-        case NSURLErrorCannotConnectToHost: "connection refused"
-        case NSURLErrorCannotFindHost: "host not found"
-        case NSURLErrorNetworkConnectionLost: "connection lost"
-        case let code: "network error \(code)"
+    /// A failure as the services name it; the rarer ones in libcurl's words.
+    static func describe(_ code: CURLcode) -> String {
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT: "timed out"
+        case CURLE_COULDNT_CONNECT: "connection refused"
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_RESOLVE_PROXY: "host not found"
+        case CURLE_GOT_NOTHING, CURLE_RECV_ERROR, CURLE_SEND_ERROR, CURLE_PARTIAL_FILE: "connection lost"
+        case CURLE_ABORTED_BY_CALLBACK: "cancelled"
+        case CURLE_URL_MALFORMAT, CURLE_UNSUPPORTED_PROTOCOL: "bad URL"
+        default: "network error: \(String(cString: curl_easy_strerror(code)))"
         }
     }
+}
 
+/// What libcurl hands over during one exchange, through its callbacks.
+private final class CurlAnswer {
+    var body = Data()
+    var headers: [String: String] = [:]
+    var tooLarge = false
+    let cancellation: HTTPClient.Cancellation
+
+    init(_ cancellation: HTTPClient.Cancellation) { self.cancellation = cancellation }
+
+    static func from(_ context: UnsafeMutableRawPointer?) -> CurlAnswer {
+        Unmanaged<CurlAnswer>.fromOpaque(context!).takeUnretainedValue()
+    }
+
+    /// The bytes taken, or 0 to stop libcurl (a write error) past the cap.
+    func appendBody(_ data: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
+        guard body.count + count <= HTTPClient.maxBodyBytes else { tooLarge = true; return 0 }
+        if let data, count > 0 { body.append(UnsafeRawPointer(data).assumingMemoryBound(to: UInt8.self), count: count) }
+        return count
+    }
+
+    /// One header line. A status line starts a new set: only the last
+    /// answer's fields count, after a redirect or an interim 1xx.
+    func appendHeader(_ data: UnsafeMutablePointer<CChar>?, _ count: Int) -> Int {
+        guard let data, count > 0 else { return count }
+        let line = String(decoding: UnsafeRawBufferPointer(start: data, count: count), as: UTF8.self)
+        if line.hasPrefix("HTTP/") {
+            headers = [:]
+        } else if let colon = line.firstIndex(of: ":") {
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingWhitespace()
+        }
+        return count
+    }
+}
+
+private let receiveBody: tracker_curl_data_callback = { data, size, count, context in
+    CurlAnswer.from(context).appendBody(data, size * count)
+}
+
+private let receiveHeader: tracker_curl_data_callback = { data, size, count, context in
+    CurlAnswer.from(context).appendHeader(data, size * count)
+}
+
+private let checkCancelled: tracker_curl_progress_callback = { context, _, _, _, _ in
+    CurlAnswer.from(context).cancellation.isCancelled ? 1 : 0
 }

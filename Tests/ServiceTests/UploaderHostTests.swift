@@ -178,13 +178,34 @@ extension UploaderHostTests {
     /// the timeout, a refused connection — each told apart, none a crash.
     @Test func theRealTransportTellsAnswersStallsAndRefusals() async throws {
         let sink = try HTTPSink(in: FileManager.default.temporaryDirectory, answers: ["429:7", "slow:3"])
-        let transport = URLSessionTransport()
+        let transport = CurlTransport()
         let request = UploadRequest(method: "POST", url: "\(sink.url)/p", headers: ["Content-Type": "application/json"], body: Array("{}".utf8))
         #expect(await transport.send(request, timeoutMs: 2_000) == Exchange(statusCode: 429, retryAfter: "7"))
         let stalled = await transport.send(request, timeoutMs: 500)
         #expect(stalled.statusCode == nil && stalled.failure == "timed out", "\(stalled)")
         let refused = await transport.send(UploadRequest(method: "POST", url: "http://127.0.0.1:\(try freePort())/p", headers: [:], body: nil), timeoutMs: 2_000)
         #expect(refused.statusCode == nil && refused.failure == "connection refused", "\(refused)")
+    }
+
+    /// A 307 is followed with the same method and body, as URLSession did;
+    /// the answer's headers are the last answer's.
+    @Test func theRealTransportFollowsARedirectWithItsBody() async throws {
+        let sink = try HTTPSink(in: FileManager.default.temporaryDirectory, answers: ["redirect:/moved", "429:9"])
+        let request = UploadRequest(method: "POST", url: "\(sink.url)/p", headers: ["Content-Type": "application/json"], body: Array(#"{"n":1}"#.utf8))
+        #expect(await CurlTransport().send(request, timeoutMs: 2_000) == Exchange(statusCode: 429, retryAfter: "9"))
+        #expect(await CurlTransport().send(request, timeoutMs: 2_000) == Exchange(statusCode: 200))
+        #expect(sink.lines == [#"{"n":1}"#])
+    }
+
+    /// A cancelled task's exchange ends as cancelled, not with the answer
+    /// the stalling server would give after 5 s, well within the timeout.
+    @Test func cancellingTheTaskEndsItsExchange() async throws {
+        let sink = try HTTPSink(in: FileManager.default.temporaryDirectory, answers: ["slow:5"])
+        let request = UploadRequest(method: "POST", url: "\(sink.url)/p", headers: [:], body: Array("{}".utf8))
+        let exchange = Task { await CurlTransport().send(request, timeoutMs: 20_000) }
+        exchange.cancel()
+        let ended = await exchange.value
+        #expect(ended.statusCode == nil && ended.failure == "cancelled", "\(ended)")
     }
 }
 
@@ -208,7 +229,7 @@ extension UploaderHostTests {
     /// OsmAnd to a real server: one request per point, its fields in the query, as Traccar reads them.
     @Test func osmandReachesARealServerOneRequestPerPoint() throws {
         let sink = try HTTPSink(in: FileManager.default.temporaryDirectory)
-        let uploader = try host([:], transport: URLSessionTransport())
+        let uploader = try host([:], transport: CurlTransport())
         defer { uploader.close() }
         _ = try command(uploader, "configureSync", #"{"url":"\#(sink.url)/","format":"osmand","autoSync":false}"#)
         for seq in Int64(1)...3 { uploader.receive(point(seq)) }

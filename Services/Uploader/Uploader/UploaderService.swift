@@ -43,7 +43,7 @@ enum UploaderService {
     }
 
     static func definition(_ settings: UploaderSettings, topics: Topics, clock: any WallClock, logger: Logger,
-                           transport: any HTTPTransport = URLSessionTransport()) -> ServiceDefinition<Row> {
+                           transport: any HTTPTransport = CurlTransport()) -> ServiceDefinition<Row> {
         let turns = UploadTurns()  // one for every partition this instance runs
         return ServiceDefinition(name: "uploader", migrations: UploaderStore.migrations, rows: .binary(fresh: { Row() })) { db in
             let store = UploaderStore(db: db)
