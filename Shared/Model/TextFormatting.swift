@@ -14,6 +14,11 @@ extension Double {
         _ = withVaList([digits, self]) { vsnprintf(&buffer, buffer.count, sign ? "%+.*f" : "%.*f", $0) }
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
+
+    /// A whole number without its `.0` (`3600`, `0.5`), for messages.
+    public var shortText: String {
+        rounded() == self && abs(self) < 1e15 ? String(Int64(self)) : "\(self)"
+    }
 }
 
 extension StringProtocol {

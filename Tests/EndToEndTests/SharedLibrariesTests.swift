@@ -3,14 +3,15 @@ import TestSupport
 import Testing
 
 /// libFoundation, its ICU and internationalization take about 6 MB resident
-/// in each process that loads them. The services that need neither URLSession
-/// nor XML import only FoundationEssentials: an `import Foundation` anywhere
-/// in their modules would bring it all back.
+/// in each process that loads them. The five services import only
+/// FoundationEssentials (the track and the uploader call out through libcurl
+/// itself): an `import Foundation` anywhere in their modules would bring it
+/// all back.
 @Suite struct SharedLibrariesTests {
-    static let withoutFoundation = ["tracker-gateway", "tracker-filter", "tracker-motion"]
+    static let withoutFoundation = ["tracker-gateway", "tracker-filter", "tracker-motion", "tracker-track", "tracker-uploader"]
 
     @Test(arguments: withoutFoundation)
-    func aServiceThatNeedsNoFoundationLoadsNone(_ executable: String) throws {
+    func aServiceLoadsNoFoundationBeyondItsEssentials(_ executable: String) throws {
         let path = ServiceHarness.binaryDirectory.appendingPathComponent(executable).path
         let ldd = Process()
         ldd.executableURL = URL(fileURLWithPath: "/usr/bin/ldd")

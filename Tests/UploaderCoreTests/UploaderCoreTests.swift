@@ -68,6 +68,20 @@ import UploaderCore
         #expect(DeliveryRules.retryAfterMs("Fri, 15 Jan 2027 08:00:30 GMT", nowMs: now) == 30_000)
         #expect(DeliveryRules.retryAfterMs("soon", nowMs: now) == nil)
     }
+
+    /// The HTTP-date a Retry-After may carry, read without a date formatter:
+    /// the epoch, a leap day, a day the month lacks, and forms that are not IMF-fixdate.
+    @Test func anHTTPDateIsReadExactly() {
+        #expect(DeliveryRules.imfFixdateMs("Thu, 01 Jan 1970 00:00:00 GMT") == 0)
+        #expect(DeliveryRules.imfFixdateMs("Sun, 06 Nov 1994 08:49:37 GMT") == 784_111_777_000)
+        #expect(DeliveryRules.imfFixdateMs("Tue, 29 Feb 2028 23:59:60 GMT") == 1_835_481_600_000)
+        #expect(DeliveryRules.imfFixdateMs("Fri, 01 Mar 2100 00:00:00 GMT") == 4_107_542_400_000)
+        for text in ["Mon, 29 Feb 2027 00:00:00 GMT", "Sun, 31 Apr 2027 00:00:00 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
+                     "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 6 Nov 1994 08:49:37 GMT",
+                     "Sun, 06 nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 8:49:37 GMT", ""] {
+            #expect(DeliveryRules.imfFixdateMs(text) == nil, "\(text)")
+        }
+    }
 }
 
 extension Verdict {

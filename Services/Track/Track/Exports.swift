@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 import OutboundHTTP
 import Runtime
@@ -87,7 +87,7 @@ enum Exports {
             // xsd:dateTime in UTC, with milliseconds: 2026-11-30T12:00:00.123Z.
             Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(Date(timeIntervalSince1970: Double(ms) / 1000))
         }
-        func coordinate(_ v: Double) -> String { String(format: "%.7f", v) }
+        func coordinate(_ v: Double) -> String { v.fixed(7) }
         var xml = """
             <?xml version="1.0" encoding="UTF-8"?>
             <gpx version="1.1" creator="Tracker" xmlns="http://www.topografix.com/GPX/1/1" \

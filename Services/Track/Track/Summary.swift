@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 import Runtime
 import TrackCore

@@ -1,5 +1,5 @@
 import Bus
-import Foundation
+import FoundationEssentials
 import Model
 import Runtime
 import Store

@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 import Runtime
 
 exit(await ServiceRunner.run(name: "track") { _, reader in

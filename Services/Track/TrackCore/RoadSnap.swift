@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// Road snapping through an OSRM server the operator runs (`roadSnapUrl`;
@@ -23,7 +23,7 @@ public struct RoadSnapper: Sendable {
         var urls: [String] = [], start = 0
         while start < vertices.count - 1 {
             let chunk = vertices[start..<min(vertices.count, start + Self.maxCoordinates)]
-            let coordinates = chunk.map { String(format: "%.6f,%.6f", $0.longitude, $0.latitude) }.joined(separator: ";")
+            let coordinates = chunk.map { "\($0.longitude.fixed(6)),\($0.latitude.fixed(6))" }.joined(separator: ";")
             let timestamps = chunk.map { String($0.timeMs / 1000) }.joined(separator: ";")
             urls.append("\(baseURL)/match/v1/\(profile)/\(coordinates)?timestamps=\(timestamps)&geometries=geojson&overview=full&gaps=ignore")
             start += Self.maxCoordinates - 1
@@ -33,14 +33,24 @@ public struct RoadSnapper: Sendable {
 
     /// The matched line of one response, `[lon, lat]` pairs, or why there is none.
     public static func line(from data: Data) throws(SnapError) -> [[Double]] {
-        let parsed: Any
-        do { parsed = try JSONSerialization.jsonObject(with: data) } catch { throw SnapError("the answer is not JSON (\(error.localizedDescription))") }
-        guard let object = parsed as? [String: Any] else { throw SnapError("the answer is not a JSON object") }
-        guard object["code"] as? String == "Ok" else { throw SnapError("OSRM said \(object["code"] as? String ?? "nothing"): \(object["message"] as? String ?? "")") }
-        let matchings = object["matchings"] as? [[String: Any]] ?? []
-        let coordinates = matchings.flatMap { (($0["geometry"] as? [String: Any])?["coordinates"] as? [[Double]]) ?? [] }
+        let answer: MatchAnswer
+        do { answer = try JSONCoding.decoder.decode(MatchAnswer.self, from: data) } catch {
+            throw SnapError(JSONSyntax.firstProblem(in: data) == nil ? "the answer is not OSRM's (\(DecodingErrorText.describe(any: error)))"
+                                                                     : "the answer is not JSON")
+        }
+        guard answer.code == "Ok" else { throw SnapError("OSRM said \(answer.code ?? "nothing"): \(answer.message ?? "")") }
+        let coordinates = (answer.matchings ?? []).flatMap { $0.geometry?.coordinates ?? [] }
         guard coordinates.count >= 2 else { throw SnapError("OSRM matched no line") }
         return coordinates
+    }
+
+    /// What is read of OSRM's `match` answer (GeoJSON geometries).
+    private struct MatchAnswer: Decodable {
+        struct Matching: Decodable { var geometry: Geometry? }
+        struct Geometry: Decodable { var coordinates: [[Double]]? }
+        var code: String?
+        var message: String?
+        var matchings: [Matching]?
     }
 
     /// The track with its moving segments on the road, or, when any request

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// A stored point: the filter's estimate and, when the filter sent it, the fix it came from.

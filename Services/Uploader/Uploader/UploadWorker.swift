@@ -1,5 +1,5 @@
 import Bus
-import Foundation
+import FoundationEssentials
 import TrackerLog
 import Model
 import Runtime
@@ -260,7 +260,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
                                                nowMs: clock.nowMs(), known: known)
         if dropped > 0 {
             publish(.diagnostic(code: "queueCapped", message: "\(dropped) queued point(s) dropped: the queue holds at most "
-                                + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.formatted()) days (maxDaysToPersist)"))
+                                + "\(caps.maxRecordsToPersist) (maxRecordsToPersist) and \(caps.maxDaysToPersist.shortText) days (maxDaysToPersist)"))
         }
         let oldest = try store.oldestWaitingMs()
         if oldest == nil {

@@ -1,5 +1,5 @@
 import Bus
-import Foundation
+import FoundationEssentials
 import TrackerLog
 import Model
 import Runtime

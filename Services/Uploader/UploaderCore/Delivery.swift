@@ -1,4 +1,5 @@
-import Foundation
+import FoundationEssentials
+import Glibc
 
 /// What an exchange with the customer's endpoint came to: a status when a
 /// server answered, otherwise why none did (timeout, refused, …).
@@ -69,13 +70,36 @@ public struct DeliveryRules: Sendable {
 
     /// `Retry-After`: delay-seconds or an HTTP-date (RFC 9110 §10.2.3).
     public static func retryAfterMs(_ value: String, nowMs: Int64) -> Int64? {
-        let text = value.trimmingCharacters(in: .whitespaces)
+        let text = value.trimmingSpaces()
         if let seconds = Int64(text), seconds >= 0 { return seconds * 1000 }
-        let formatter = DateFormatter()
-        formatter.locale = Locale(identifier: "en_US_POSIX")
-        formatter.timeZone = TimeZone(identifier: "GMT")
-        formatter.dateFormat = "EEE, dd MMM yyyy HH:mm:ss 'GMT'"
-        guard let date = formatter.date(from: text) else { return nil }
-        return max(0, Int64(date.timeIntervalSince1970 * 1000) - nowMs)
+        guard let dateMs = imfFixdateMs(text) else { return nil }
+        return max(0, dateMs - nowMs)
+    }
+
+    /// An IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT` (RFC 9110 §5.6.7),
+    /// in ms since 1970; nil for anything else, or a day its month lacks.
+    public static func imfFixdateMs(_ text: String) -> Int64? {
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        let weekdays = ["Mon,", "Tue,", "Wed,", "Thu,", "Fri,", "Sat,", "Sun,"]
+        let parts = text.split(separator: " ", omittingEmptySubsequences: false)
+        guard parts.count == 6, weekdays.contains(String(parts[0])), parts[5] == "GMT",
+              parts[1].count == 2, let day = Int(parts[1]), let month = months.firstIndex(of: String(parts[2])),
+              parts[3].count == 4, let year = Int(parts[3]) else { return nil }
+        let clock = parts[4].split(separator: ":", omittingEmptySubsequences: false)
+        guard clock.count == 3, clock.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isASCII) }),
+              let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
+              (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
+        let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
+        let monthDays = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month]
+        guard (1...monthDays).contains(day) else { return nil }
+        // Days since 1970 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
+        let m = month + 1
+        let y = m <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        return (Int64(days) * 86_400 + Int64(hour * 3_600 + minute * 60 + second)) * 1_000
     }
 }

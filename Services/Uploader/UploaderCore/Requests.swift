@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Model
 
 /// A queued point: the accepted point with its device, and what the phone
@@ -75,14 +75,14 @@ public enum Requests {
         items += [
             URLQueryItem(name: "id", value: q.device.rawValue),
             URLQueryItem(name: "timestamp", value: String(p.timeMs)),
-            URLQueryItem(name: "lat", value: String(format: "%.7f", p.latitude)),
-            URLQueryItem(name: "lon", value: String(format: "%.7f", p.longitude)),
-            URLQueryItem(name: "accuracy", value: String(format: "%.1f", p.accuracyM)),
+            URLQueryItem(name: "lat", value: p.latitude.fixed(7)),
+            URLQueryItem(name: "lon", value: p.longitude.fixed(7)),
+            URLQueryItem(name: "accuracy", value: p.accuracyM.fixed(1)),
         ]
-        if let speed = p.speedMps { items.append(URLQueryItem(name: "speed", value: String(format: "%.2f", speed * 3600 / 1852))) }
-        if let course = p.courseDeg { items.append(URLQueryItem(name: "bearing", value: String(format: "%.1f", course))) }
-        if let altitude = q.altitudeM { items.append(URLQueryItem(name: "altitude", value: String(format: "%.1f", altitude))) }
-        if let battery = q.batteryPct { items.append(URLQueryItem(name: "batt", value: String(format: "%.0f", battery))) }
+        if let speed = p.speedMps { items.append(URLQueryItem(name: "speed", value: (speed * 3600 / 1852).fixed(2))) }
+        if let course = p.courseDeg { items.append(URLQueryItem(name: "bearing", value: course.fixed(1))) }
+        if let altitude = q.altitudeM { items.append(URLQueryItem(name: "altitude", value: altitude.fixed(1))) }
+        if let battery = q.batteryPct { items.append(URLQueryItem(name: "batt", value: battery.fixed(0))) }
         components.queryItems = items
         var headers = config.headers
         headers["Idempotency-Key"] = q.key

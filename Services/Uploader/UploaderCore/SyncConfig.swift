@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 
 /// Where and how the uploader delivers points (`configureSync`, or
 /// `config/uploader.json`'s `sync`). Only `url` is required; every other key
@@ -78,7 +78,7 @@ public struct SyncConfig: Codable, Sendable, Equatable {
 
     private func check(_ name: String, _ value: Double, _ range: ClosedRange<Double>) throws {
         guard value.isFinite, range.contains(value) else {
-            throw SyncConfigError(name, "must be within \(range.lowerBound.formatted())…\(range.upperBound.formatted()), got \(value.formatted())")
+            throw SyncConfigError(name, "must be within \(range.lowerBound.shortText)…\(range.upperBound.shortText), got \(value.shortText)")
         }
     }
 
