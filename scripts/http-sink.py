@@ -12,10 +12,12 @@ customer's server would (every answer says its Content-Length).
 
 Each request takes the next STATUS from the list (`200`, `500`, `401`,
 `429:30` for a Retry-After of 30 s, `slow:5` to stall 5 s then answer 200,
-`redirect:/p` for a 307 to that path);
+`redirect:/p` for a 307 to that path, which also says Retry-After: 1);
 when the list is used up every request gets 200. Bodies of 2xx answers are
-appended to OUT.jsonl."""
-import http.server, signal, sys, threading, time
+appended to OUT.jsonl; a POST to /echo is kept as what its request looked
+like instead: the client's port (one per connection), its Content-Length,
+User-Agent and X-Empty headers."""
+import http.server, json, signal, sys, threading, time
 
 args = sys.argv[1:]
 bind = "127.0.0.1"
@@ -30,13 +32,16 @@ class Sink(http.server.BaseHTTPRequestHandler):
 
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if self.path == "/echo":
+            body = json.dumps({"port": self.client_address[1], "contentLength": self.headers.get("Content-Length"),
+                               "userAgent": self.headers.get("User-Agent"), "empty": self.headers.get("X-Empty")}).encode()
         with lock:
             step = script.pop(0) if script else "200"
         status, retry_after, location = 200, None, None
         if step.startswith("slow:"):
             time.sleep(float(step[5:]))
         elif step.startswith("redirect:"):
-            status, location = 307, step[9:]
+            status, location, retry_after = 307, step[9:], "1"
         elif step.startswith("429:"):
             status, retry_after = 429, step[4:]
         else:

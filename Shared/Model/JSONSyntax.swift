@@ -1,8 +1,10 @@
 import FoundationEssentials
 
 /// Where JSON text first breaks: FoundationEssentials' decoder says only
-/// that data is not valid JSON. A syntax check alone (RFC 8259, numbers
-/// within a Double's range), no values built.
+/// that data is not valid JSON. A syntax check alone, no values built:
+/// RFC 8259 in UTF-8 (a byte-order mark allowed, as the decoder allows it),
+/// numbers within a Double's range, surrogates in pairs, nesting as deep
+/// as the decoder takes.
 public struct JSONSyntax {
     public struct Problem: Error, Equatable {
         /// The byte the text breaks at (its length for a text cut short).
@@ -14,12 +16,13 @@ public struct JSONSyntax {
 
     private let bytes: [UInt8]
     private var index = 0
-    /// Deeper than any settings file, shallow enough for the stack.
-    private static let maxDepth = 256
+    /// The decoder's own limit.
+    private static let maxDepth = 512
 
     /// The first problem in `bytes`, or nil if they are one valid JSON value.
     public static func firstProblem(in bytes: some Collection<UInt8>) -> Problem? {
         var scanner = JSONSyntax(bytes: Array(bytes))
+        if scanner.bytes.starts(with: [0xEF, 0xBB, 0xBF]) { scanner.index = 3 }
         do {
             try scanner.value(depth: 0)
             scanner.skipSpace()
@@ -106,21 +109,69 @@ public struct JSONSyntax {
                 index += 1
                 guard let escaped = next else { break }
                 if escaped == UInt8(ascii: "u") {
-                    for _ in 0..<4 {
-                        index += 1
-                        guard let hex = next, (hex >= 0x30 && hex <= 0x39) || (hex | 0x20 >= 0x61 && hex | 0x20 <= 0x66) else {
-                            throw problem("invalid \\u escape")
+                    let start = index - 1
+                    let unit = try hexUnit()
+                    if (0xDC00...0xDFFF).contains(unit) { index = start; throw problem("a lone low surrogate") }
+                    if (0xD800...0xDBFF).contains(unit) {
+                        guard next == UInt8(ascii: "\\"), index + 1 < bytes.count, bytes[index + 1] == UInt8(ascii: "u") else {
+                            index = start; throw problem("a high surrogate without its low one")
                         }
+                        index += 1
+                        guard (0xDC00...0xDFFF).contains(try hexUnit()) else { index = start; throw problem("a high surrogate without its low one") }
                     }
-                } else if !"\"\\/bfnrt".utf8.contains(escaped) {
+                } else if "\"\\/bfnrt".utf8.contains(escaped) {
+                    index += 1
+                } else {
                     throw problem("invalid escape")
                 }
-                index += 1
             case 0..<0x20: throw problem("a control character in a string (a line break must be written \\n)")
+            case 0x80...: try utf8Sequence()
             default: index += 1
             }
         }
         throw problem("unterminated string")
+    }
+
+    /// The four hex digits after `\u` (at `u` now), as a UTF-16 unit; after them.
+    private mutating func hexUnit() throws -> UInt16 {
+        var unit: UInt16 = 0
+        for _ in 0..<4 {
+            index += 1
+            guard let hex = next, let digit = hexValue(hex) else { throw problem("invalid \\u escape") }
+            unit = unit << 4 | UInt16(digit)
+        }
+        index += 1
+        return unit
+    }
+
+    private func hexValue(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): byte - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
+    /// One well-formed UTF-8 sequence of two to four bytes (RFC 3629: no
+    /// overlong forms, no surrogates, nothing past U+10FFFF).
+    private mutating func utf8Sequence() throws {
+        let lead = bytes[index]
+        let (length, secondRange): (Int, ClosedRange<UInt8>) = switch lead {
+        case 0xC2...0xDF: (2, 0x80...0xBF)
+        case 0xE0: (3, 0xA0...0xBF)
+        case 0xE1...0xEC, 0xEE...0xEF: (3, 0x80...0xBF)
+        case 0xED: (3, 0x80...0x9F)
+        case 0xF0: (4, 0x90...0xBF)
+        case 0xF1...0xF3: (4, 0x80...0xBF)
+        case 0xF4: (4, 0x80...0x8F)
+        default: throw problem("invalid UTF-8")
+        }
+        for offset in 1..<length {
+            let at = index + offset
+            guard at < bytes.count, (offset == 1 ? secondRange : 0x80...0xBF).contains(bytes[at]) else { throw problem("invalid UTF-8") }
+        }
+        index += length
     }
 
     private mutating func literal(_ word: String) throws {

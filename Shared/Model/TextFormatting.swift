@@ -1,3 +1,4 @@
+import FoundationEssentials
 import Glibc
 
 // What FoundationEssentials leaves to libFoundation (String(format:),
@@ -6,7 +7,8 @@ import Glibc
 
 extension Double {
     /// Fixed-point text with `decimals` digits after the point, as printf's
-    /// `%.Nf` (`%+.Nf` with `sign`).
+    /// `%.Nf` (`%+.Nf` with `sign`). The point is the C locale's: no
+    /// service calls setlocale.
     public func fixed(_ decimals: Int, sign: Bool = false) -> String {
         let digits = Int32(min(max(decimals, 0), 20))
         // 309 digits for the largest double, a sign, a point and the decimals.
@@ -31,5 +33,16 @@ extension StringProtocol {
     private func trimming(_ isTrimmed: (Character) -> Bool) -> String {
         guard let first = firstIndex(where: { !isTrimmed($0) }), let last = lastIndex(where: { !isTrimmed($0) }) else { return "" }
         return String(self[first...last])
+    }
+}
+
+/// An error as a person reads it. FoundationEssentials' file errors print
+/// as a structure on Linux; what they carry is a POSIX error, said here as
+/// strerror says it ("No such file or directory").
+public enum ErrorText {
+    public static func describe(_ error: any Error) -> String {
+        let posix = (error as? CocoaError)?.underlying as? POSIXError ?? error as? POSIXError
+        if let posix { return String(cString: strerror(posix.code.rawValue)) }
+        return "\(error)"
     }
 }

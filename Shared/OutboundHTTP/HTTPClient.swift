@@ -28,8 +28,8 @@ public enum HTTPClient {
     /// road match or an endpoint's reply is far smaller.
     static let maxBodyBytes = 64 << 20
 
-    /// The exchange, awaited: the uploader's worker. It blocks a thread of
-    /// its own, not one of the task pool's; cancelling the task ends it.
+    /// The exchange, awaited: the uploader's worker. The transfer blocks a
+    /// dispatch thread, not one of the task pool's; cancelling the task ends it.
     public static func exchange(method: String, url: String, headers: [String: String] = [:], body: [UInt8]? = nil,
                                 timeoutMs: Int) async -> Response {
         let cancellation = Cancellation()
@@ -62,33 +62,73 @@ public enum HTTPClient {
     /// libcurl's global state, set up before the first handle (thread-safe in libcurl ≥ 7.84).
     private static let global: Void = { _ = curl_global_init(Int(CURL_GLOBAL_DEFAULT)) }()
 
+    /// Idle handles, each with its open connections, resolved names and TLS
+    /// sessions: the next exchange with the same server reuses them
+    /// (keep-alive), as URLSession's one session did.
+    private static let idleHandles = Mutex<[IdleHandle]>([])
+    private static let maxIdleHandles = 8
+
+    /// A handle among the idle: owned by the list until taken, then by one exchange.
+    private struct IdleHandle: @unchecked Sendable { let curl: UnsafeMutableRawPointer }
+
+    private static func takeHandle() -> UnsafeMutableRawPointer? {
+        _ = global
+        return idleHandles.withLock { $0.popLast() }?.curl ?? curl_easy_init()
+    }
+
+    /// Back among the idle, its options cleared (its caches kept), or closed past the limit.
+    private static func putBack(_ curl: UnsafeMutableRawPointer) {
+        curl_easy_reset(curl)
+        let kept = idleHandles.withLock { idle in
+            guard idle.count < maxIdleHandles else { return false }
+            idle.append(IdleHandle(curl: curl))
+            return true
+        }
+        if !kept { curl_easy_cleanup(curl) }
+    }
+
     static func perform(method: String, url: String, headers: [String: String], body: [UInt8]?, timeoutMs: Int,
                         cancellation: Cancellation) -> Response {
-        _ = global
-        guard let curl = curl_easy_init() else { return .failed("no answer") }
-        defer { curl_easy_cleanup(curl) }
-        var fields: UnsafeMutablePointer<curl_slist>?
-        defer { curl_slist_free_all(fields) }
-        for (name, value) in headers { fields = curl_slist_append(fields, "\(name): \(value)") }
-        // libcurl would wait for a 100 Continue before a large body; a plain request is what servers expect.
-        fields = curl_slist_append(fields, "Expect:")
-
+        // Declared first, so that they outlive the transfer whatever returns.
         let answer = CurlAnswer(cancellation)
         let context = Unmanaged.passRetained(answer)
         defer { context.release() }
-        tracker_curl_set_pointer(curl, CURLOPT_URL, url)
-        tracker_curl_set_pointer(curl, CURLOPT_PROTOCOLS_STR, "http,https")
-        if let body {
-            // COPYPOSTFIELDS copies the bytes, so they need not outlive this call.
-            tracker_curl_set_offset(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(body.count))
-            body.withUnsafeBytes { _ = tracker_curl_set_pointer(curl, CURLOPT_COPYPOSTFIELDS, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)) }
+        var fields: UnsafeMutablePointer<curl_slist>?
+        defer { curl_slist_free_all(fields) }
+        guard let curl = takeHandle() else { return .failed("no answer") }
+        defer { putBack(curl) }
+
+        for (name, value) in headers {
+            // "Name;" is libcurl's way to send a header with an empty value ("Name:" would remove it).
+            fields = curl_slist_append(fields, value.isEmpty ? "\(name);" : "\(name): \(value)")
         }
-        if method != (body == nil ? "GET" : "POST") { tracker_curl_set_pointer(curl, CURLOPT_CUSTOMREQUEST, method) }
+        // libcurl would wait for a 100 Continue before a large body; a plain request is what servers expect.
+        fields = curl_slist_append(fields, "Expect:")
+        if !headers.keys.contains(where: { $0.lowercased() == "user-agent" }) {
+            fields = curl_slist_append(fields, "User-Agent: Tracker")
+        }
+        // Only http and https, and none at all with a libcurl too old to say so.
+        guard tracker_curl_set_pointer(curl, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK,
+              tracker_curl_set_pointer(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") == CURLE_OK else {
+            return .failed("libcurl 7.85 or later is needed")
+        }
+        tracker_curl_set_pointer(curl, CURLOPT_URL, url)
+        switch (method, body) {
+        case ("GET", nil): break
+        case ("HEAD", nil): tracker_curl_set_long(curl, CURLOPT_NOBODY, 1)
+        default:
+            // Any other method sends its body, an empty one included: a POST
+            // without one still says Content-Length: 0. COPYPOSTFIELDS copies
+            // the bytes, so they need not outlive this call.
+            let bytes = body ?? []
+            tracker_curl_set_offset(curl, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count))
+            bytes.withUnsafeBytes { _ = tracker_curl_set_pointer(curl, CURLOPT_COPYPOSTFIELDS, $0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)) }
+            if method != "POST" { tracker_curl_set_pointer(curl, CURLOPT_CUSTOMREQUEST, method) }
+        }
         tracker_curl_set_pointer(curl, CURLOPT_HTTPHEADER, fields)
-        // Redirects followed as URLSession did, to http and https only.
+        // Redirects followed, as URLSession did, to http and https only.
         tracker_curl_set_long(curl, CURLOPT_FOLLOWLOCATION, 1)
         tracker_curl_set_long(curl, CURLOPT_MAXREDIRS, 5)
-        tracker_curl_set_pointer(curl, CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
         // Whatever encodings libcurl can decode, decoded.
         tracker_curl_set_pointer(curl, CURLOPT_ACCEPT_ENCODING, "")
         tracker_curl_set_long(curl, CURLOPT_TIMEOUT_MS, max(1, timeoutMs))
@@ -102,6 +142,8 @@ public enum HTTPClient {
         tracker_curl_set_progress_callback(curl, checkCancelled)
         tracker_curl_set_pointer(curl, CURLOPT_XFERINFODATA, context.toOpaque())
 
+        // Cancelled before it began: nothing is sent.
+        guard !cancellation.isCancelled else { return .failed("cancelled") }
         let code = curl_easy_perform(curl)
         guard code == CURLE_OK else {
             return .failed(answer.tooLarge ? "answer larger than \(maxBodyBytes >> 20) MB" : describe(code))

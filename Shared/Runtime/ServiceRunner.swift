@@ -29,7 +29,7 @@ public struct ServiceContext: Sendable {
             try FileManager.default.createDirectory(atPath: settings.dataDir, withIntermediateDirectories: true,
                                                     attributes: [.posixPermissions: 0o700])
         } catch {
-            throw ConfigError("dataDir", "cannot create \(settings.dataDir): \(error)")
+            throw ConfigError("dataDir", "cannot create \(settings.dataDir): \(ErrorText.describe(error))")
         }
         // One an earlier version made 0755 is tightened too, if it is ours.
         var info = stat()

@@ -94,7 +94,7 @@ public final class SettingsReader {
     public static func password(fromFile path: String) throws -> String {
         let text: String
         do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
-            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read \(path): \(error)")
+            throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "cannot read \(path): \(ErrorText.describe(error))")
         }
         guard let line = text.split(whereSeparator: \.isNewline).first, !line.isEmpty else {
             throw ConfigError("TRACKER_MQTT_PASSWORD_FILE", "\(path) holds no password (its first line is empty)")

@@ -98,6 +98,13 @@ final class OutOfOrderBus: MessageBus, @unchecked Sendable {
         }
     }
 
+    /// A file that cannot be read is said as strerror says it, not as the error's structure.
+    @Test func aPasswordFileThatCannotBeReadSaysWhy() throws {
+        #expect { try SettingsReader.password(fromFile: "/nonexistent/tracker-password") } throws: {
+            ($0 as? ConfigError)?.description.hasSuffix("cannot read /nonexistent/tracker-password: No such file or directory") == true
+        }
+    }
+
     @Test func unknownKeysAreRefused() throws {
         let r = try reader(["mqttHost": .string("h"), "ringCapacty": .number(5)])
         _ = try CommonSettings(service: "gateway", r)

@@ -78,7 +78,7 @@ import UploaderCore
         #expect(DeliveryRules.imfFixdateMs("Fri, 01 Mar 2100 00:00:00 GMT") == 4_107_542_400_000)
         for text in ["Mon, 29 Feb 2027 00:00:00 GMT", "Sun, 31 Apr 2027 00:00:00 GMT", "Sunday, 06-Nov-94 08:49:37 GMT",
                      "Sun Nov  6 08:49:37 1994", "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 6 Nov 1994 08:49:37 GMT",
-                     "Sun, 06 nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 8:49:37 GMT", ""] {
+                     "Sun, 06 nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 1994 8:49:37 GMT", "Sun, +6 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 +8:49:37 GMT", ""] {
             #expect(DeliveryRules.imfFixdateMs(text) == nil, "\(text)")
         }
     }
@@ -112,6 +112,17 @@ extension Verdict {
         let mixed = Requests.make([queued(1), queued(1, device: DeviceID("van2")!)], key: "batch-2", config: config)[0]
         let mixedBody = try #require(try JSONSerialization.jsonObject(with: Data(mixed.body ?? [])) as? [String: Any])
         #expect(mixedBody["device"] == nil)
+    }
+
+    /// Header names are case-insensitive: the request's own replace a
+    /// configured spelling, and a configuration naming one header twice is refused.
+    @Test func aHeaderGoesOutOnceWhateverItsSpelling() throws {
+        var config = SyncConfig(url: "https://api.example.com/points")
+        config.headers = ["content-type": "text/plain", "IDEMPOTENCY-KEY": "mine", "X-Tenant": "t1"]
+        let request = Requests.make([queued(1)], key: "batch-1", config: config)[0]
+        #expect(request.headers == ["Content-Type": "application/json", "Idempotency-Key": "batch-1", "X-Tenant": "t1"])
+        config.headers = ["X-Tenant": "t1", "x-tenant": "t2"]
+        #expect { try config.validated() } throws: { ($0 as? SyncConfigError)?.problem == "'X-Tenant' and 'x-tenant' are the same header" }
     }
 
     @Test func osmandIsOneRequestPerPointWithItsFieldsInTheQuery() throws {

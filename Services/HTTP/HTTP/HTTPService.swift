@@ -41,7 +41,6 @@ struct HTTPSettings {
 enum HTTPService {
     static func run(arguments: [String] = CommandLine.arguments,
                     environment: [String: String] = ProcessInfo.processInfo.environment) async -> Int32 {
-        Heap.limitArenas(environment: environment)
         let counters = HealthCounters()
         let logger: Logger
         let own: MQTTClient

@@ -81,13 +81,17 @@ public struct DeliveryRules: Sendable {
     public static func imfFixdateMs(_ text: String) -> Int64? {
         let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
         let weekdays = ["Mon,", "Tue,", "Wed,", "Thu,", "Fri,", "Sat,", "Sun,"]
+        /// Exactly `count` ASCII digits (Int() alone would take a sign).
+        func number(_ text: Substring, digits count: Int) -> Int? {
+            text.utf8.count == count && text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) ? Int(text) : nil
+        }
         let parts = text.split(separator: " ", omittingEmptySubsequences: false)
         guard parts.count == 6, weekdays.contains(String(parts[0])), parts[5] == "GMT",
-              parts[1].count == 2, let day = Int(parts[1]), let month = months.firstIndex(of: String(parts[2])),
-              parts[3].count == 4, let year = Int(parts[3]) else { return nil }
+              let day = number(parts[1], digits: 2), let month = months.firstIndex(of: String(parts[2])),
+              let year = number(parts[3], digits: 4) else { return nil }
         let clock = parts[4].split(separator: ":", omittingEmptySubsequences: false)
-        guard clock.count == 3, clock.allSatisfy({ $0.count == 2 && $0.allSatisfy(\.isASCII) }),
-              let hour = Int(clock[0]), let minute = Int(clock[1]), let second = Int(clock[2]),
+        guard clock.count == 3, let hour = number(clock[0], digits: 2), let minute = number(clock[1], digits: 2),
+              let second = number(clock[2], digits: 2),
               (0...23).contains(hour), (0...59).contains(minute), (0...60).contains(second) else { return nil }
         let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0)
         let monthDays = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31][month]

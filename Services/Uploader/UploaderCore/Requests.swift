@@ -60,8 +60,8 @@ public enum Requests {
         w.endArray()
         w.endObject()
         var headers = config.headers
-        headers["Content-Type"] = "application/json"
-        headers["Idempotency-Key"] = key
+        headers.setHeader("Content-Type", "application/json")
+        headers.setHeader("Idempotency-Key", key)
         return UploadRequest(method: "POST", url: config.url, headers: headers, body: w.bytes)
     }
 
@@ -85,7 +85,17 @@ public enum Requests {
         if let battery = q.batteryPct { items.append(URLQueryItem(name: "batt", value: battery.fixed(0))) }
         components.queryItems = items
         var headers = config.headers
-        headers["Idempotency-Key"] = q.key
+        headers.setHeader("Idempotency-Key", q.key)
         return UploadRequest(method: "POST", url: components.string ?? config.url, headers: headers, body: nil)
+    }
+}
+
+extension [String: String] {
+    /// A header of the request's own, replacing one the configuration gave
+    /// under any spelling: header names are case-insensitive, so both would go out.
+    mutating func setHeader(_ name: String, _ value: String) {
+        let spellings = keys.filter { $0.lowercased() == name.lowercased() }
+        for key in spellings { removeValue(forKey: key) }
+        self[name] = value
     }
 }

@@ -65,6 +65,11 @@ public struct SyncConfig: Codable, Sendable, Equatable {
             }
             guard !value.contains(where: \.isNewline) else { throw SyncConfigError("headers", "the value of '\(name)' contains a line break") }
         }
+        // Header names are case-insensitive: two spellings of one would both go out.
+        let names = Dictionary(grouping: headers.keys, by: { $0.lowercased() })
+        if let twice = names.values.first(where: { $0.count > 1 }) {
+            throw SyncConfigError("headers", "\(twice.sorted().map { "'\($0.prefix(80))'" }.joined(separator: " and ")) are the same header")
+        }
         try check("batchSize", Double(batchSize), 1...10_000)
         try check("autoSyncThreshold", Double(autoSyncThreshold), 1...1_000_000)
         try check("coalesceMs", Double(coalesceMs), 0...60_000)
