@@ -54,11 +54,17 @@ public struct JSONSyntax {
         guard let byte = next else { throw problem("unexpected end of file") }
         switch byte {
         case UInt8(ascii: "{"):
-            guard depth < Self.maxDepth else { throw problem("nested too deeply") }
-            try object(depth: depth + 1)
+            try members(closedBy: UInt8(ascii: "}"), depth: depth) { scanner in
+                scanner.skipSpace()
+                guard scanner.next == UInt8(ascii: "\"") else {
+                    throw scanner.problem(scanner.next == nil ? "unexpected end of file" : "expected a quoted key")
+                }
+                try scanner.string()
+                try scanner.expect(UInt8(ascii: ":"), "expected ':' after the key")
+                try scanner.value(depth: depth + 1)
+            }
         case UInt8(ascii: "["):
-            guard depth < Self.maxDepth else { throw problem("nested too deeply") }
-            try array(depth: depth + 1)
+            try members(closedBy: UInt8(ascii: "]"), depth: depth) { try $0.value(depth: depth + 1) }
         case UInt8(ascii: "\""): try string()
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
@@ -68,35 +74,20 @@ public struct JSONSyntax {
         }
     }
 
-    private mutating func object(depth: Int) throws {
+    /// An object or an array, from its opening bracket: `member` read
+    /// again after each comma, until `close`.
+    private mutating func members(closedBy close: UInt8, depth: Int, _ member: (inout JSONSyntax) throws -> Void) throws {
+        guard depth < Self.maxDepth else { throw problem("nested too deeply") }
         index += 1
         skipSpace()
-        if next == UInt8(ascii: "}") { index += 1; return }
+        if next == close { index += 1; return }
         while true {
-            skipSpace()
-            guard next == UInt8(ascii: "\"") else { throw problem(next == nil ? "unexpected end of file" : "expected a quoted key") }
-            try string()
-            try expect(UInt8(ascii: ":"), "expected ':' after the key")
-            try value(depth: depth)
+            try member(&self)
             skipSpace()
             guard let byte = next else { throw problem("unexpected end of file") }
+            if byte == close { index += 1; return }
+            guard byte == UInt8(ascii: ",") else { throw problem("expected ',' or '\(Character(Unicode.Scalar(close)))'") }
             index += 1
-            if byte == UInt8(ascii: "}") { return }
-            guard byte == UInt8(ascii: ",") else { index -= 1; throw problem("expected ',' or '}'") }
-        }
-    }
-
-    private mutating func array(depth: Int) throws {
-        index += 1
-        skipSpace()
-        if next == UInt8(ascii: "]") { index += 1; return }
-        while true {
-            try value(depth: depth)
-            skipSpace()
-            guard let byte = next else { throw problem("unexpected end of file") }
-            index += 1
-            if byte == UInt8(ascii: "]") { return }
-            guard byte == UInt8(ascii: ",") else { index -= 1; throw problem("expected ',' or ']'") }
         }
     }
 

@@ -17,9 +17,11 @@ extension Double {
         return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// A whole number without its `.0` (`3600`, `0.5`), for messages.
+    /// As JSON writes it, a whole number without its `.0` (`3600`, `0.5`), for messages.
     public var shortText: String {
-        rounded() == self && abs(self) < 1e15 ? String(Int64(self)) : "\(self)"
+        var text: [UInt8] = []
+        JSONWriter.appendNumber(self, to: &text)
+        return String(decoding: text, as: UTF8.self)
     }
 }
 

@@ -17,10 +17,6 @@ public enum HTTPClient {
         /// Why no server answered (timed out, connection refused, …).
         public var failure: String?
 
-        init(statusCode: Int?, headers: [String: String], body: Data, failure: String?) {
-            self.statusCode = statusCode; self.headers = headers; self.body = body; self.failure = failure
-        }
-
         static func failed(_ reason: String) -> Response { Response(statusCode: nil, headers: [:], body: Data(), failure: reason) }
     }
 

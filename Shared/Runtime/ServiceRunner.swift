@@ -3,6 +3,7 @@ import FoundationEssentials
 import Glibc
 import TrackerLog
 import Model
+import Store
 import Synchronization
 
 /// What a service's definition is made from: its settings and the process's
@@ -32,9 +33,7 @@ public struct ServiceContext: Sendable {
             throw ConfigError("dataDir", "cannot create \(settings.dataDir): \(ErrorText.describe(error))")
         }
         // One an earlier version made 0755 is tightened too, if it is ours.
-        var info = stat()
-        if stat(settings.dataDir, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 != 0,
-           chmod(settings.dataDir, info.st_mode & 0o700) != 0 {
+        guard Database.makePrivate(settings.dataDir) else {
             throw ConfigError("dataDir", "cannot make \(settings.dataDir) private (0700): \(String(cString: strerror(errno)))")
         }
         return "\(settings.dataDir)/\(settings.instance).sqlite"

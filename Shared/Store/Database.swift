@@ -182,18 +182,27 @@ public final class Database {
         return result == "ok" ? nil : result
     }
 
-    /// Opens a transaction that stays open across calls until `commitBatch`:
-    /// several messages, one commit. Does nothing if one is open already.
     /// Makes the file 0600 if it does not exist yet; an existing one of ours is tightened to 0600.
     static func createPrivately(_ path: String) {
         guard path != ":memory:", !path.isEmpty else { return }
         let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
         if fd >= 0 { close(fd); return }
         // Present already: a store an earlier version made 0644 loses the group and world bits.
-        var info = stat()
-        if stat(path, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 != 0 { _ = chmod(path, info.st_mode & 0o700) }
+        makePrivate(path)
     }
 
+    /// A file or directory of ours loses its group and world bits (one an
+    /// earlier version made too open); another user's is left as it is.
+    /// False only when changing them failed, `errno` saying why.
+    @discardableResult
+    public static func makePrivate(_ path: String) -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0, info.st_uid == getuid(), info.st_mode & 0o077 != 0 else { return true }
+        return chmod(path, info.st_mode & 0o700) == 0
+    }
+
+    /// Opens a transaction that stays open across calls until `commitBatch`:
+    /// several messages, one commit. Does nothing if one is open already.
     public func openBatch() throws {
         guard transactionDepth == 0 else { return }
         try execute("BEGIN IMMEDIATE")
