@@ -32,7 +32,7 @@ let package = Package(
         .target(name: "Model", path: "Shared/Model", swiftSettings: strict),
         .target(name: "TrackerLog", path: "Shared/TrackerLog", swiftSettings: strict),
         .target(name: "Bus", dependencies: ["CMosquitto", "TrackerLog"], path: "Shared/Bus", swiftSettings: strict),
-        .target(name: "Store", dependencies: ["CSQLite"], path: "Shared/Store", swiftSettings: strict),
+        .target(name: "Store", dependencies: ["CSQLite", "TrackerLog"], path: "Shared/Store", swiftSettings: strict),
         .target(name: "Runtime", dependencies: ["Model", "TrackerLog", "Bus", "Store", "CMalloc"], path: "Shared/Runtime",
                 swiftSettings: strict),
         // Outgoing HTTP (libcurl): its own module, so that only the services

@@ -1,6 +1,7 @@
 import CSQLite
 import FoundationEssentials
 import Glibc
+import TrackerLog
 
 // SQLITE_TRANSIENT tells SQLite to copy bound text/blobs before bind returns.
 private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
@@ -14,6 +15,8 @@ public final class Database {
     private var cache: [String: Statement] = [:]
     private var transactionDepth = 0
     private var batchOpen = false
+    /// A writer's checkpoints, on the process's checkpoint thread (nil in memory and read-only).
+    private let checkpoints: BackgroundCheckpoints?
 
     /// Opens (creating if needed) the file at `path` in WAL mode with
     /// `synchronous=NORMAL`: a commit survives a process kill; only an OS
@@ -22,7 +25,8 @@ public final class Database {
     /// The page cache a store gets unless told (`sqliteCacheMB`'s default).
     public static let defaultCacheKB = 3_000
 
-    public init(path: String, readOnly: Bool = false, cacheKB: Int = defaultCacheKB) throws {
+    /// `logger` says what goes wrong in the background (a checkpoint that failed).
+    public init(path: String, readOnly: Bool = false, cacheKB: Int = defaultCacheKB, logger: Logger = Logger(label: "store")) throws {
         var db: OpaquePointer?
         // Created 0600 by us, not 0644 by SQLite: the -wal and -shm files take the
         // database's own mode, and a store may hold secrets (the uploader's headers).
@@ -36,6 +40,7 @@ public final class Database {
         }
         handle = db
         self.path = path
+        checkpoints = readOnly || path == ":memory:" || path.isEmpty ? nil : BackgroundCheckpoints(path: path, logger: logger)
         sqlite3_busy_timeout(db, 5_000)
         if readOnly {
             try execute("PRAGMA query_only=ON")
@@ -44,9 +49,21 @@ public final class Database {
         }
         if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=NORMAL")
-        // Checkpoint every ~4 MB of WAL, and cut the file back to that size
-        // afterwards: the WAL never grows past a few MB.
-        try execute("PRAGMA wal_autocheckpoint=1000")
+        // Checkpoint every ~4 MB of WAL, on the checkpoint thread, and cut the
+        // file back to that size afterwards: the WAL stays at a few MB.
+        if let checkpoints {
+            let context = Unmanaged.passUnretained(checkpoints).toOpaque()
+            // Replaces SQLite's automatic checkpoint, which is itself a WAL hook.
+            sqlite3_wal_hook(db, { context, db, _, frames in
+                let checkpoints = Unmanaged<BackgroundCheckpoints>.fromOpaque(context!).takeUnretainedValue()
+                if checkpoints.committed(frames: frames) {
+                    sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+                }
+                return SQLITE_OK
+            }, context)
+        } else {
+            try execute("PRAGMA wal_autocheckpoint=1000")
+        }
         try execute("PRAGMA journal_size_limit=4194304")
         // A batch of a few hundred messages should fit in the page cache, or
         // SQLite spills (writes) pages mid-transaction and again at commit.
@@ -61,6 +78,8 @@ public final class Database {
 
     deinit {
         cache.removeAll()
+        // The hook's context must not outlive the checkpoints it points to.
+        if checkpoints != nil { sqlite3_wal_hook(handle, nil, nil) }
         sqlite3_close_v2(handle)
     }
 
@@ -173,7 +192,8 @@ public final class Database {
     /// Writes the WAL back into the database file and truncates it, so the
     /// `.sqlite` file alone holds everything (graceful stop, backups).
     public func checkpoint() throws {
-        try execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        guard let checkpoints else { return try execute("PRAGMA wal_checkpoint(TRUNCATE)") }
+        try checkpoints.whileStopped { try execute("PRAGMA wal_checkpoint(TRUNCATE)") }
     }
 
     /// SQLite's quick structural check; nil when the file is sound.

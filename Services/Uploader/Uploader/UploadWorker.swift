@@ -175,7 +175,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
 
     func run() async throws {
         do {
-            let store = UploaderStore(db: try Database(path: path))
+            let store = UploaderStore(db: try Database(path: path, logger: logger))
             self.store = store
             // Health's queueDepth is true from the start, not 0 until the first pass.
             try count(store)

@@ -103,7 +103,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         repairReplyTopic = topics.repairReply(self.instance)
         replyPrefixes = replyTopicPrefixes
         do {
-            db = try Database(path: databasePath, cacheKB: sqliteCacheKB)
+            db = try Database(path: databasePath, cacheKB: sqliteCacheKB, logger: logger)
             // A damaged file stops the service now, by name, not in a crash loop later.
             if let problem = try db.quickCheck() { throw StoreError(code: 11, message: "integrity check failed: \(problem)", sql: nil) }
         } catch {

@@ -335,7 +335,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
                     board.withLock { $0.started(partitioning.count, ok: false, nowMs: context.clock.nowMs()) }
                     return
                 }
-                let db = try Database(path: path)
+                let db = try Database(path: path, logger: logger)
                 gate = IngressRun.Gate(check: try open(IngressGateContext(db: db, topics: topics, logger: logger)), lock: lock)
             }
             let client = try MQTTClient(MQTTOptions(
