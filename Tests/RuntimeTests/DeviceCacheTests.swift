@@ -142,6 +142,26 @@ struct DeviceCacheTests {
         #expect(cache.bytes == held.count * DeviceCache<Int>.cost(storedBytes: 10))
     }
 
+    /// The newest-loaded pass looks for as many entries not used again as
+    /// there are, and no further: the count it stops on stays true through
+    /// loads, reloads, uses, evictions and a discarded batch.
+    @Test func theCountOfEntriesNotUsedAgainStaysTrue() {
+        let cache = DeviceCache<Int>(capacity: 40)
+        var random = SystemRandomNumberGenerator()
+        for round in 0..<2_000 {
+            let n = Int.random(in: 0..<60, using: &random)
+            switch Int.random(in: 0..<10, using: &random) {
+            case 0..<4: cache.insertClean(device(n), n, storedBytes: 10)
+            case 4..<8: _ = cache.get(device(n))
+            case 8: cache.modify(device(n)) { $0 += 1 }
+            default: if round % 7 == 0 { cache.discardDirty() } else { cache.markClean(); cache.evictIfNeeded() }
+            }
+            let counts = cache.loadedOnlyCounts
+            #expect(counts.kept == counts.recounted, "after round \(round)")
+            if counts.kept != counts.recounted { return }
+        }
+    }
+
     /// A fleet speaking in turn, larger than the cache, as the host uses it:
     /// a device loads when it is not cached, and eviction runs after each
     /// batch. Least recently used alone, every message would miss. Each

@@ -29,11 +29,17 @@ public func deviceCacheHolding<Row>(_ devices: Int, storedBytes: Int, decode: ()
 /// An entry is counted close to what it takes (`cost`), and entries lie
 /// side by side in one array, found through a small index: kept in a
 /// dictionary, each entry's inline size took the table's spare buckets too
-/// (about 1.6 times it with 10,000 devices).
+/// (about 1.6 times it with 10,000 devices). What eviction reads of each
+/// device (`Slot`) lies in an array of its own beside them: read through
+/// the entry's generic type, each look copied the whole entry, retains and
+/// all (a track's pass over 10,000 devices took 40 ms of one commit).
 final class DeviceCache<Entry> {
-    /// Where each cached device's slot is in `slots`.
+    /// Where each cached device's slot and entry are in `slots` and `entries`.
     private var index: [DeviceID: Int] = [:]
     private var slots: [Slot] = []
+    private var entries: [Entry] = []
+    /// Slots not used again since they loaded (`reused` false): the newest-loaded pass looks for no more.
+    private var loadedOnly = 0
     private(set) var dirty: Set<DeviceID> = []
     private var tick: UInt64 = 0
     /// Batches committed.
@@ -61,7 +67,6 @@ final class DeviceCache<Entry> {
 
     private struct Slot {
         let device: DeviceID
-        var entry: Entry
         var used: UInt64
         var bytes: Int
         /// The batch of its last use.
@@ -99,6 +104,8 @@ final class DeviceCache<Entry> {
     }
 
     var count: Int { slots.count }
+    /// For tests: the count of entries not used again since they loaded, as kept and as recounted.
+    var loadedOnlyCounts: (kept: Int, recounted: Int) { (loadedOnly, slots.count(where: { !$0.reused })) }
     /// Uses still listed, outdated ones included (for tests: the list stays bounded).
     var listedUses: Int { uses.count - head }
 
@@ -108,31 +115,36 @@ final class DeviceCache<Entry> {
         // Uses within one batch are one message's worth: no gap, no reuse.
         if slots[i].usedIn != batches {
             let gap = tick - slots[i].used
+            if !slots[i].reused { loadedOnly -= 1 }
             slots[i].gap = max(gap, slots[i].gap / 2)
             if gap >= round { (round, roundSetAt) = (gap, tick) }
             slots[i].usedIn = batches
         }
         slots[i].used = tick
-        return slots[i].entry
+        return entries[i]
     }
 
     /// Caches an entry as loaded from the store (`storedBytes` long there).
     func insertClean(_ device: DeviceID, _ entry: Entry, storedBytes: Int) {
-        let slot = Slot(device: device, entry: entry, used: use(device), bytes: Self.cost(storedBytes: storedBytes), usedIn: batches)
+        let slot = Slot(device: device, used: use(device), bytes: Self.cost(storedBytes: storedBytes), usedIn: batches)
         bytes += slot.bytes
+        loadedOnly += 1
         if let i = index[device] {
             bytes -= slots[i].bytes
+            if !slots[i].reused { loadedOnly -= 1 }
             slots[i] = slot
+            entries[i] = entry
         } else {
             index[device] = slots.count
             slots.append(slot)
+            entries.append(entry)
         }
     }
 
     /// Changes a cached entry in place; it is written at the next commit.
     func modify(_ device: DeviceID, _ body: (inout Entry) -> Void) {
         guard let i = index[device] else { return }
-        body(&slots[i].entry)
+        body(&entries[i])
         dirty.insert(device)
     }
 
@@ -141,7 +153,7 @@ final class DeviceCache<Entry> {
     func writeDirty(_ write: (DeviceID, Entry) throws -> Int) rethrows {
         for device in dirty {
             guard let i = index[device] else { continue }
-            let cost = Self.cost(storedBytes: try write(device, slots[i].entry))
+            let cost = Self.cost(storedBytes: try write(device, entries[i]))
             bytes += cost - slots[i].bytes
             slots[i].bytes = cost
         }
@@ -214,13 +226,13 @@ final class DeviceCache<Entry> {
     /// most recently used back (their uses stay listed, outdated, until the
     /// list is next cleared).
     private func evictNewestLoadedFirst() {
-        var i = uses.count
-        while overTarget, i > head {
+        var i = uses.count, unseen = loadedOnly
+        while overTarget, unseen > 0, i > head {
             i -= 1
             let use = uses[i]
-            guard let at = index[use.device], slots[at].used == use.tick, !slots[at].reused,
-                  !dirty.contains(use.device) else { continue }
-            remove(use.device)
+            guard let at = index[use.device], slots[at].used == use.tick, !slots[at].reused else { continue }
+            unseen -= 1
+            if !dirty.contains(use.device) { remove(use.device) }
         }
     }
 
@@ -252,9 +264,11 @@ final class DeviceCache<Entry> {
     private func remove(_ device: DeviceID) {
         guard let i = index.removeValue(forKey: device) else { return }
         bytes -= slots[i].bytes
-        let last = slots.removeLast()
+        if !slots[i].reused { loadedOnly -= 1 }
+        let last = slots.removeLast(), lastEntry = entries.removeLast()
         if i < slots.count {
             slots[i] = last
+            entries[i] = lastEntry
             index[last.device] = i
         }
     }
