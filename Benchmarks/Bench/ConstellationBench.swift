@@ -80,6 +80,7 @@ enum ConstellationBench {
             try await send(rounds: 0..<warmup, limit: Int(warm))
             let accepted = try await settle(warm, "the warm-up").taken.counters?["accepted"] ?? 0
             print("warm-up: \(warmup) fixes from each of \(devices) devices, unmeasured (\(accepted) accepted)")
+            try await waitQuiet(constellation, "the warm-up")
         }
         // Each process's CPU time over the measured run: what a fix costs where, and what grows with the fleet.
         func cpuTimes() -> CPUTimes {
@@ -150,6 +151,28 @@ enum ConstellationBench {
         return stored
     }
 
+    /// Waits until the broker and every service have spent at most 20 ms of
+    /// CPU in all over half a second. The health counters say what each
+    /// service took, not what is still queued for it: the filter takes the
+    /// motion service's updates after the track and the uploader are done,
+    /// and a clock started then measures that backlog (up to 300 ms).
+    static func waitQuiet(_ constellation: Constellation, _ what: String, timeout: Double = 600) async throws {
+        func spent() -> Double {
+            ([constellation.broker.cpu] + Constellation.services.map { constellation.services[$0]!.process?.cpu })
+                .reduce(0) { $0 + ($1.map { $0.user + $0.system } ?? 0) }
+        }
+        let deadline = ContinuousClock.now + .seconds(timeout), window = Duration.milliseconds(500)
+        var samples: [(at: ContinuousClock.Instant, cpu: Double)] = []
+        while ContinuousClock.now < deadline {
+            let now = ContinuousClock.now, cpu = spent()
+            samples.append((now, cpu))
+            while samples.count > 1, now - samples[1].at >= window { samples.removeFirst() }
+            if now - samples[0].at >= window, cpu - samples[0].cpu <= 0.02 { return }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw TestSupportError("\(what): the constellation was still busy after \(Int(timeout)) s")
+    }
+
     /// Fixes paced at `rate` a second over `devices` fresh devices; the time
     /// from each publish to its `location` event (a device's k-th fix gets seq k).
     /// With `warmup`, each device first sends that many fixes, unmeasured and
@@ -173,6 +196,7 @@ enum ConstellationBench {
             // And downstream has caught up, so the clock starts on an idle constellation.
             _ = try await downstream(constellation, accepted: judged.counters?["accepted"] ?? 0, "the warm-up", timeout: 600)
         }
+        try await waitQuiet(constellation, "before \(tag)")
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
         let latencies = Mutex<[Double]>([])
         let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
