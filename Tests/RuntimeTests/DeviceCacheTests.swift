@@ -142,6 +142,15 @@ struct DeviceCacheTests {
         #expect(cache.bytes == held.count * DeviceCache<Int>.cost(storedBytes: 10))
     }
 
+    /// An entry's inline size counts, though it lies apart from its slot:
+    /// a filter row is hundreds of bytes inline, and leaving them out let a
+    /// budget hold a whole 10,000-device fleet (5 MB more resident).
+    @Test func anEntryCountsItsInlineSize() {
+        typealias Wide = (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int)
+        let narrow = DeviceCache<Int>.cost(storedBytes: 10), wide = DeviceCache<Wide>.cost(storedBytes: 10)
+        #expect(wide - narrow == MemoryLayout<Wide>.stride - MemoryLayout<Int>.stride)
+    }
+
     /// The newest-loaded pass looks for as many entries not used again as
     /// there are, and no further: the count it stops on stays true through
     /// loads, reloads, uses, evictions and a discarded batch.
