@@ -16,7 +16,10 @@ import TrackerLog
 /// copied, and a writer that commits every few milliseconds always adds some
 /// while the thread syncs. So the thread copies the bulk, and once it has
 /// left only a few frames behind, the writer copies those itself: a short
-/// checkpoint, after which its next transaction starts the WAL over.
+/// checkpoint (its syncs cover those few frames), after which its next
+/// transaction starts the WAL over. A writer that adds more than that
+/// during each of the thread's rounds is allowed twice as many frames each
+/// round, so the WAL starts over within a few rounds.
 struct CheckpointPlan: Equatable {
     enum Step: Equatable {
         case none
@@ -28,8 +31,11 @@ struct CheckpointPlan: Equatable {
 
     /// Frames in the WAL (about 4 KB each) before a checkpoint is due: SQLite's own default.
     static let threshold: Int32 = 1_000
-    /// At most this many frames left behind by the thread, the writer copies them itself (cheap to sync).
+    /// At most this many frames left behind by the thread, the writer copies
+    /// them itself (cheap to sync); doubled for each round that left more.
     static let finishLimit: Int32 = 128
+    /// The most doublings of `finishLimit` (2,048 frames, about 8 MB).
+    static let maxDoublings: Int32 = 4
     /// Past this many frames the thread is not keeping up (a disk slower than
     /// the writer): the writer checkpoints itself, as SQLite would, so the
     /// WAL stays bounded (about 64 MB).
@@ -38,6 +44,11 @@ struct CheckpointPlan: Equatable {
     private(set) var running = false
     /// The WAL's length when the thread's last checkpoint copied all of it.
     private(set) var copiedThrough: Int32?
+    /// Rounds of the thread since the WAL last started over that left more than the limit.
+    private(set) var roundsBehind: Int32 = 0
+
+    /// The frames the writer copies itself now.
+    var limit: Int32 { Self.finishLimit << min(roundsBehind, Self.maxDoublings) }
 
     init() {}
 
@@ -45,7 +56,7 @@ struct CheckpointPlan: Equatable {
     mutating func committed(frames: Int32) -> Step {
         guard frames >= Self.threshold else {
             // The WAL started over: what the thread copied was another WAL's.
-            copiedThrough = nil
+            (copiedThrough, roundsBehind) = (nil, 0)
             return .none
         }
         if frames >= Self.inlineThreshold {
@@ -53,10 +64,14 @@ struct CheckpointPlan: Equatable {
             return .inline
         }
         if running { return .none }
-        if let copied = copiedThrough, frames >= copied, frames - copied <= Self.finishLimit {
-            copiedThrough = nil
-            return .inline
+        if let copied = copiedThrough, frames >= copied {
+            if frames - copied <= limit {
+                copiedThrough = nil
+                return .inline
+            }
+            roundsBehind += 1
         }
+        copiedThrough = nil
         running = true
         return .background
     }
@@ -70,16 +85,17 @@ struct CheckpointPlan: Equatable {
     }
 }
 
-/// A writer's checkpoints on the process's checkpoint thread (see `CheckpointPlan`).
+/// A writer's checkpoints on the process's checkpoint queue (see `CheckpointPlan`).
 final class BackgroundCheckpoints: Sendable {
-    /// One thread for every store in the process: a checkpoint waits on the
+    /// One queue for every store in the process: a checkpoint waits on the
     /// disk, not on the CPU, and the stores take turns.
-    private static let thread = DispatchQueue(label: "tracker.sqlite-checkpoints", qos: .utility)
+    static let queue = DispatchQueue(label: "tracker.sqlite-checkpoints", qos: .utility)
 
     private let path: String
     private let plan = Mutex(CheckpointPlan())
-    /// The thread's own connection, opened at its first checkpoint; only the thread uses it.
-    private let connection = Mutex<OpaquePointer?>(nil)
+    /// The queue's own connection, opened at its first checkpoint; only the
+    /// queue uses it, and none is opened once the writer closed.
+    private let connection = Mutex<(handle: OpaquePointer?, closed: Bool)>((nil, false))
     /// What the last checkpoint failed with, said once until one succeeds.
     private let failure = Mutex<Int32?>(nil)
     private let logger: Logger
@@ -91,34 +107,45 @@ final class BackgroundCheckpoints: Sendable {
 
     /// After each commit of the writer (its WAL hook), `frames` in the WAL
     /// now: true when the writer must checkpoint itself.
-    func committed(frames: Int32) -> Bool {
+    func writerCheckpoints(afterCommitLeaving frames: Int32) -> Bool {
         switch plan.withLock({ $0.committed(frames: frames) }) {
         case .none: return false
         case .inline: return true
         case .background:
-            Self.thread.async { self.run() }
+            Self.queue.async { self.run() }
             return false
         }
     }
 
-    /// Runs `body` with no checkpoint of the thread under way, none starting
-    /// until it returns, and the thread's connection closed (a checkpoint
-    /// that truncates the WAL needs every other connection out of it).
+    /// What the writer's own checkpoint returned. BUSY: the queue's
+    /// checkpoint holds SQLite's lock, and copies as much.
+    func writerCheckpointed(_ rc: Int32, _ db: OpaquePointer?) {
+        record(rc, db)
+    }
+
+    /// Runs `body` with no checkpoint of the queue under way, none starting
+    /// until it returns, and the queue's connection closed (so it holds no
+    /// read lock on the WAL, which a truncating checkpoint needs).
     func whileStopped<T>(_ body: () throws -> T) rethrows -> T {
-        try Self.thread.sync {
-            closeConnection()
+        try Self.queue.sync {
+            closeConnection(for: false)
             return try body()
         }
     }
 
+    /// The writer closed: what is queued does nothing, and the connection closes.
+    func close() {
+        Self.queue.sync { closeConnection(for: true) }
+    }
+
     private func run() {
         var logFrames: Int32 = 0, copied: Int32 = 0
-        let succeeded = connection.withLock { handle -> Bool in
-            if handle == nil { handle = open() }
-            guard let db = handle else { return false }
+        let succeeded = connection.withLock { connection -> Bool in
+            guard !connection.closed else { return false }
+            if connection.handle == nil { connection.handle = open() }
+            guard let db = connection.handle else { return false }
             let rc = sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, &logFrames, &copied)
-            // BUSY: the writer's own checkpoint (or a graceful stop's) holds the lock; a later commit asks again.
-            note(rc == SQLITE_OK || rc == SQLITE_BUSY ? nil : rc, db)
+            record(rc, db)
             return rc == SQLITE_OK
         }
         plan.withLock { $0.finished(log: logFrames, copied: copied, succeeded: succeeded) }
@@ -128,39 +155,43 @@ final class BackgroundCheckpoints: Sendable {
         var db: OpaquePointer?
         let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nil)
         guard rc == SQLITE_OK, let db else {
-            note(rc, db)
+            record(rc, db)
             if let db { sqlite3_close_v2(db) }
             return nil
         }
-        sqlite3_busy_timeout(db, 1_000)
         // A new connection finds the WAL at its first read; until then it
         // checkpoints nothing (SQLite answers -1 frames). Synced as the writer is.
+        sqlite3_busy_timeout(db, 1_000)
         let setUp = sqlite3_exec(db, "PRAGMA synchronous=NORMAL; SELECT count(*) FROM sqlite_master", nil, nil, nil)
         guard setUp == SQLITE_OK else {
-            note(setUp, db)
+            record(setUp, db)
             sqlite3_close_v2(db)
             return nil
         }
         return db
     }
 
-    private func closeConnection() {
-        connection.withLock { handle in
-            if let db = handle { sqlite3_close_v2(db) }
-            handle = nil
+    private func closeConnection(for good: Bool) {
+        connection.withLock { connection in
+            if let db = connection.handle { sqlite3_close_v2(db) }
+            connection.handle = nil
+            if good { connection.closed = true }
         }
     }
 
-    private func note(_ rc: Int32?, _ db: OpaquePointer?) {
+    /// A checkpoint's outcome: a failure is logged once, until one succeeds.
+    /// BUSY says only that another checkpoint holds the lock: neither.
+    private func record(_ rc: Int32, _ db: OpaquePointer?) {
+        guard rc != SQLITE_BUSY else { return }
         let isNew = failure.withLock { last -> Bool in
-            defer { last = rc }
-            return rc != nil && last == nil
+            defer { last = rc == SQLITE_OK ? nil : rc }
+            return rc != SQLITE_OK && last == nil
         }
-        guard isNew, let rc else { return }
+        guard isNew else { return }
         let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
-        logger.warning("background checkpoint failed; the writer checkpoints itself once its WAL passes \(CheckpointPlan.inlineThreshold) frames",
+        logger.warning("checkpoint failed; the WAL grows until one succeeds (the writer tries itself past \(CheckpointPlan.inlineThreshold) frames)",
                        ["path": path, "error": message])
     }
 
-    deinit { closeConnection() }
+    deinit { closeConnection(for: true) }
 }

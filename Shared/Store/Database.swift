@@ -49,15 +49,15 @@ public final class Database {
         }
         if path != ":memory:" { try execute("PRAGMA journal_mode=WAL") }
         try execute("PRAGMA synchronous=NORMAL")
-        // Checkpoint every ~4 MB of WAL, on the checkpoint thread, and cut the
-        // file back to that size afterwards: the WAL stays at a few MB.
+        // Checkpoint every ~4 MB of WAL, mostly on the checkpoint queue (see
+        // `CheckpointPlan`), and cut the file back to 4 MB when it starts over.
         if let checkpoints {
             let context = Unmanaged.passUnretained(checkpoints).toOpaque()
             // Replaces SQLite's automatic checkpoint, which is itself a WAL hook.
             sqlite3_wal_hook(db, { context, db, _, frames in
                 let checkpoints = Unmanaged<BackgroundCheckpoints>.fromOpaque(context!).takeUnretainedValue()
-                if checkpoints.committed(frames: frames) {
-                    sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil)
+                if checkpoints.writerCheckpoints(afterCommitLeaving: frames) {
+                    checkpoints.writerCheckpointed(sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil), db)
                 }
                 return SQLITE_OK
             }, context)
@@ -78,8 +78,12 @@ public final class Database {
 
     deinit {
         cache.removeAll()
-        // The hook's context must not outlive the checkpoints it points to.
-        if checkpoints != nil { sqlite3_wal_hook(handle, nil, nil) }
+        // The hook's context must not outlive the checkpoints it points to,
+        // and the queue must not open the file again once the writer is gone.
+        if let checkpoints {
+            sqlite3_wal_hook(handle, nil, nil)
+            checkpoints.close()
+        }
         sqlite3_close_v2(handle)
     }
 

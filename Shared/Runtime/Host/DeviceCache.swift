@@ -190,12 +190,12 @@ final class DeviceCache<Entry> {
         guard slots.count > capacity || bytes > budgetBytes else { return }
         if round > 0, tick - roundSetAt > 4 * round { (round, roundSetAt) = (round / 2, tick) }
         // Silent: four times its gap, and four times the cache's size, without a use.
-        let entries = UInt64(slots.count)
-        evictOldestFirst(before: tick > 4 * entries ? tick - 4 * entries : 0) { [tick, round] slot in
+        let cached = UInt64(slots.count)
+        evictOldestFirst(before: tick > 4 * cached ? tick - 4 * cached : 0) { [tick, round] slot in
             // A device loaded once has no gap of its own yet: the fleet's round
             // stands for it, once known (before, it waits for the next pass).
             let gap = slot.reused ? slot.gap : (round > 0 ? round : .max / 8)
-            return tick - slot.used > 4 * max(gap, entries)
+            return tick - slot.used > 4 * max(gap, cached)
         }
         evictNewestLoadedFirst()
         evictOldestFirst(before: .max) { _ in true }
