@@ -94,8 +94,8 @@ final class DeviceCache<Entry> {
     /// Memory an entry takes, from the size of its stored form: its slot,
     /// the entry's inline size, its index entry and its places in the list
     /// of uses (up to three, and the index keeps its largest size), and what
-    /// its decoded values hold on the heap. Measured on filter rows (`tracker-bench row-codec`):
-    /// about 400 heap bytes up to a few hundred stored ones (small arrays,
+    /// its decoded values hold on the heap. Measured on filter rows
+    /// (`tracker-bench row-codec`): about 400 heap bytes up to a few hundred stored ones (small arrays,
     /// most fields inline), then about 1.6 times the stored bytes at 3.7 KB
     /// (long arrays of doubles are wider decoded than stored); counted as
     /// twice the stored bytes less 1 KB.
