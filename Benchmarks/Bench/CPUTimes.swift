@@ -1,5 +1,6 @@
 import Foundation
 import Model
+import TestSupport
 
 /// Each process's CPU time (user, system; seconds) at one moment: taken
 /// before and after a run, it says what a fix cost where.
@@ -9,6 +10,14 @@ struct CPUTimes {
     init(_ processes: [(String, (user: Double, system: Double)?)]) {
         self.processes = processes.map { ($0.0, $0.1?.user ?? 0, $0.1?.system ?? 0) }
     }
+
+    /// The broker and every service of `constellation`.
+    init(_ constellation: Constellation) {
+        self.init([("broker", constellation.broker.cpu)] + Constellation.services.map { ($0, constellation.services[$0]!.process?.cpu) })
+    }
+
+    /// Every process's user and system time together.
+    var total: Double { processes.reduce(0) { $0 + $1.user + $1.system } }
 
     /// "name u + s µs, …  (t µs in all)": the CPU of each process per fix since `before`.
     func perFix(since before: CPUTimes, count: Int) -> String {

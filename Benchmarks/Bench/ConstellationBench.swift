@@ -83,15 +83,12 @@ enum ConstellationBench {
             try await waitQuiet(constellation, "the warm-up")
         }
         // Each process's CPU time over the measured run: what a fix costs where, and what grows with the fleet.
-        func cpuTimes() -> CPUTimes {
-            CPUTimes([("broker", constellation.broker.cpu)] + Constellation.services.map { ($0, constellation.services[$0]!.process?.cpu) })
-        }
-        let cpuBefore = cpuTimes()
+        let cpuBefore = CPUTimes(constellation)
         let start = ContinuousClock.now
         try await send(rounds: warmup..<(warmup + rounds), limit: count)
         let published = (ContinuousClock.now - start).seconds
         let settled = try await settle(warm + Int64(count), "every fix")
-        let cpuSpent = cpuTimes().perFix(since: cpuBefore, count: count)
+        let cpuSpent = CPUTimes(constellation).perFix(since: cpuBefore, count: count)
         let taken = settled.taken, accepted = taken.counters?["accepted"] ?? 0
         let held = warm + Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
@@ -158,14 +155,10 @@ enum ConstellationBench {
     /// and a clock started then measures that backlog (up to 300 ms).
     static func waitQuiet(_ constellation: Constellation, _ what: String, timeout: Double = 600) async throws {
         let processes = 1 + Constellation.services.count
-        func spent() -> Double {
-            ([constellation.broker.cpu] + Constellation.services.map { constellation.services[$0]!.process?.cpu })
-                .reduce(0) { $0 + ($1.map { $0.user + $0.system } ?? 0) }
-        }
         let deadline = ContinuousClock.now + .seconds(timeout), window = Duration.milliseconds(500)
         var samples: [(at: ContinuousClock.Instant, cpu: Double)] = []
         while ContinuousClock.now < deadline {
-            let now = ContinuousClock.now, cpu = spent()
+            let now = ContinuousClock.now, cpu = CPUTimes(constellation).total
             samples.append((now, cpu))
             while samples.count > 1, now - samples[1].at >= window { samples.removeFirst() }
             if now - samples[0].at >= window, cpu - samples[0].cpu <= 0.01 * Double(processes) { return }

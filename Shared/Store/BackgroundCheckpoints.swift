@@ -20,7 +20,7 @@ import TrackerLog
 /// transaction starts the WAL over. A writer that adds more than that
 /// during each of the thread's rounds is allowed twice as many frames each
 /// round, so the WAL starts over within a few rounds.
-struct CheckpointPlan: Equatable {
+struct CheckpointPlan {
     enum Step: Equatable {
         case none
         /// Ask the checkpoint thread.
@@ -117,12 +117,6 @@ final class BackgroundCheckpoints: Sendable {
         }
     }
 
-    /// What the writer's own checkpoint returned. BUSY: the queue's
-    /// checkpoint holds SQLite's lock, and copies as much.
-    func writerCheckpointed(_ rc: Int32, _ db: OpaquePointer?) {
-        record(rc, db)
-    }
-
     /// Runs `body` with no checkpoint of the queue under way, none starting
     /// until it returns, and the queue's connection closed (so it holds no
     /// read lock on the WAL, which a truncating checkpoint needs).
@@ -179,9 +173,10 @@ final class BackgroundCheckpoints: Sendable {
         }
     }
 
-    /// A checkpoint's outcome: a failure is logged once, until one succeeds.
-    /// BUSY says only that another checkpoint holds the lock: neither.
-    private func record(_ rc: Int32, _ db: OpaquePointer?) {
+    /// A checkpoint's outcome, the queue's or the writer's: a failure is
+    /// logged once, until one succeeds. BUSY says only that another
+    /// checkpoint holds the lock (and copies as much): neither.
+    func record(_ rc: Int32, _ db: OpaquePointer?) {
         guard rc != SQLITE_BUSY else { return }
         let isNew = failure.withLock { last -> Bool in
             defer { last = rc == SQLITE_OK ? nil : rc }

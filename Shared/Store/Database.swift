@@ -40,7 +40,7 @@ public final class Database {
         }
         handle = db
         self.path = path
-        checkpoints = readOnly || path == ":memory:" || path.isEmpty ? nil : BackgroundCheckpoints(path: path, logger: logger)
+        checkpoints = readOnly || !Self.isFile(path) ? nil : BackgroundCheckpoints(path: path, logger: logger)
         sqlite3_busy_timeout(db, 5_000)
         if readOnly {
             try execute("PRAGMA query_only=ON")
@@ -57,7 +57,7 @@ public final class Database {
             sqlite3_wal_hook(db, { context, db, _, frames in
                 let checkpoints = Unmanaged<BackgroundCheckpoints>.fromOpaque(context!).takeUnretainedValue()
                 if checkpoints.writerCheckpoints(afterCommitLeaving: frames) {
-                    checkpoints.writerCheckpointed(sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil), db)
+                    checkpoints.record(sqlite3_wal_checkpoint_v2(db, nil, SQLITE_CHECKPOINT_PASSIVE, nil, nil), db)
                 }
                 return SQLITE_OK
             }, context)
@@ -206,9 +206,12 @@ public final class Database {
         return result == "ok" ? nil : result
     }
 
+    /// A path SQLite opens as a file: not an in-memory or a temporary store.
+    static func isFile(_ path: String) -> Bool { path != ":memory:" && !path.isEmpty }
+
     /// Makes the file 0600 if it does not exist yet; an existing one of ours is tightened to 0600.
     static func createPrivately(_ path: String) {
-        guard path != ":memory:", !path.isEmpty else { return }
+        guard isFile(path) else { return }
         let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
         if fd >= 0 { close(fd); return }
         // Present already: a store an earlier version made 0644 loses the group and world bits.
