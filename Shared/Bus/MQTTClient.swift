@@ -98,8 +98,8 @@ public final class MQTTClient: @unchecked Sendable {
         if options.protocolVersion == .v5 {
             // libmosquitto's default of 20 unacknowledged QoS 1 messages each
             // way makes throughput a function of round-trip time.
-            try check("set receive maximum", mosquitto_int_option(mosq, MOSQ_OPT_RECEIVE_MAXIMUM, options.inFlightWindow))
-            try check("set send maximum", mosquitto_int_option(mosq, MOSQ_OPT_SEND_MAXIMUM, options.inFlightWindow))
+            try check("set receive maximum", mosquitto_int_option(mosq, MOSQ_OPT_RECEIVE_MAXIMUM, options.receiveWindow))
+            try check("set send maximum", mosquitto_int_option(mosq, MOSQ_OPT_SEND_MAXIMUM, options.sendWindow))
         }
         if let username = options.username {
             try check("set credentials", mosquitto_username_pw_set(mosq, username, options.password))

@@ -76,8 +76,16 @@ public struct MQTTOptions: Sendable {
     public var password: String?
     public var will: MQTTMessage?
     public var protocolVersion: ProtocolVersion
-    /// Unacknowledged QoS 1 messages allowed each way (v5 receive/send maximum).
-    public var inFlightWindow: Int32 = 1_000
+    /// Unacknowledged QoS 1 messages the broker may send us (v5 receive
+    /// maximum): a service acknowledges a batch after its commit, so this
+    /// must cover a batch.
+    public var receiveWindow: Int32 = 1_000
+    /// Unacknowledged QoS 1 messages we send (v5 send maximum). libmosquitto
+    /// walks every message in flight on each PUBACK, so a window of 1,000 (a
+    /// batch's output in flight at once) cost the filter a tenth of its CPU;
+    /// at 256 the walk is short and the window still covers the round trip
+    /// to a broker busy on the same cores.
+    public var sendWindow: Int32 = 256
     /// Where the client logs connection loss, reconnects and refusals (nil: quiet).
     public var logger: Logger?
 
