@@ -34,7 +34,7 @@ enum HostBench {
             let raw = RawFix(device: device, seq: Int64(i / devices + 1), sessionID: "s",
                              timeMs: s.fix.timeMs + Int64(i / devices / noisy.count) * 10_000_000, receivedMs: 0, source: .device,
                              latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc, speedMps: s.fix.speed, courseDeg: s.fix.course)
-            return MQTTMessage(topic: "tracker/\(device)/raw", payload: Array(JSONCoding.encode(raw)))
+            return MQTTMessage(topic: "tracker/\(device)/raw", payload: JSONCoding.bytes(raw))
         }
         func receive(_ range: Range<Int>) {
             for batch in stride(from: range.lowerBound, to: range.upperBound, by: 400) {
@@ -65,7 +65,7 @@ enum HostBench {
                     for j in core.handle(raw, row: &work.row, rejectionEvents: .all) {
                         let fix = j.judged.fix
                         try work.append(to: judgements, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
-                                        body: Array(JSONCoding.encode(LoggedJudgement(j, decision: true, point: true))))
+                                        body: JSONCoding.bytes(LoggedJudgement(j, decision: true, point: true)))
                         if let point = j.point {
                             try work.send(PointMessage(device: work.device, point: point, epoch: work.epoch),
                                           sessionID: fix.sessionID, timeMs: point.timeMs)

@@ -37,7 +37,7 @@ enum MapPageBench {
         let live = LiveFrame(device: DeviceID("car\(d)")!, timeMs: Int64(Date().timeIntervalSince1970 * 1000), latitude: lat, longitude: lon,
                              accuracyM: 8, speedMps: 9, headingDeg: (angle * 180 / .pi + 90).truncatingRemainder(dividingBy: 360),
                              motion: d % 7 == 0 ? .stationary : .moving, tail: tail.reversed(), session: nil)
-        return MQTTMessage(topic: "tracker/car\(d)/live", payload: Array(JSONCoding.encode(live)), qos: .atMostOnce, retain: true)
+        return MQTTMessage(topic: "tracker/car\(d)/live", payload: JSONCoding.bytes(live), qos: .atMostOnce, retain: true)
     }
 
     /// Opens the page once `devices` are drawn, measures for `seconds` while

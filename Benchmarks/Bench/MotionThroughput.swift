@@ -43,7 +43,7 @@ enum MotionThroughput {
             // entry for the motion service, a tracking gap for the track service.
             let point = TrackPoint(seq: Int64(k + 1), sessionID: last ? "final" : "s", timeMs: 1_700_000_000_000 + Int64(k) * 1_000 + (last ? 900_000 : 0),
                                    latitude: lat, longitude: lon, accuracyM: 8, speedMps: 12, odometerM: s)
-            return ("tracker/\(device)/points", Array(JSONCoding.encode(PointMessage(device: device, point: point, epoch: "bench"))))
+            return ("tracker/\(device)/points", JSONCoding.bytes(PointMessage(device: device, point: point, epoch: "bench")))
         }
     }
 

@@ -192,7 +192,7 @@ enum Throughput {
                              timeMs: s.fix.timeMs + Int64(lap) * 10_000_000, receivedMs: 0, source: .device,
                              latitude: s.fix.lat, longitude: s.fix.lon, accuracyM: s.fix.acc,
                              speedMps: doppler ? s.fix.speed : nil, courseDeg: doppler ? s.fix.course : nil)
-            return ("tracker/\(device)/raw", Array(JSONCoding.encode(raw)))
+            return ("tracker/\(device)/raw", JSONCoding.bytes(raw))
         }
     }
 

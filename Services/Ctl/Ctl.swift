@@ -90,7 +90,7 @@ struct Ctl {
                 await client.drain(timeout: .seconds(60))
                 var request = CommandRequest(id: .string(UUID().uuidString.lowercased()))
                 request.args = .object(["tag": .string(tag)])
-                let reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, "start"), payload: Array(JSONCoding.encode(request))),
+                let reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, "start"), payload: JSONCoding.bytes(request)),
                                                      responseTopic: responseTopic, timeout: .seconds(10))
                 let decoded = try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
                 guard decoded.ok else { fail("trackerctl: the gateway refused a session for track '\(tag)': \(decoded.code ?? "?"): \(decoded.message ?? "no reason")", code: 1) }
@@ -170,7 +170,7 @@ struct Ctl {
         }
         try args.finish()
         let client = try await connection.connect(name: "cmd", protocolVersion: v311 ? .v311 : .v5)
-        let payload = Array(JSONCoding.encode(request))
+        let payload = JSONCoding.bytes(request)
         let topic = connection.topics.command(device, name)
         let reply: MQTTMessage
         do {

@@ -78,7 +78,7 @@ struct Asker {
         let request = CommandRequest(id: .string(UUID().uuidString.lowercased()), args: .object(args))
         let reply: MQTTMessage
         do {
-            reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, name), payload: Array(JSONCoding.encode(request))),
+            reply = try await client.request(MQTTMessage(topic: connection.topics.command(device, name), payload: JSONCoding.bytes(request)),
                                              responseTopic: responseTopic, timeout: .milliseconds(Int64(timeout * 1000)))
         } catch MQTTError.timedOut {
             let message = "no reply to \(name) for \(device) within \(timeout) s (is its service running?)"

@@ -79,6 +79,7 @@ public enum JSONCoding {
     public static let decoder = JSONDecoder()
 
     public static func encode(_ value: some Encodable) -> Data { foundationEncode(value) }
+    public static func bytes(_ value: some Encodable) -> [UInt8] { Array(foundationEncode(value)) }
 
     /// Always JSONEncoder, even for types with a direct writer: the reference
     /// every direct writer is held to (`WriterAgreementTests`).

@@ -115,6 +115,15 @@ extension JSONCoding {
         return Data(w.bytes)
     }
 
+    /// `encode`'s bytes, without a `Data` between the writer and the caller
+    /// (a message's payload and a log's body are byte arrays).
+    public static func bytes(_ value: some Encodable & JSONWritable) -> [UInt8] {
+        guard fastPaths else { return Array(foundationEncode(value)) }
+        var w = JSONWriter()
+        value.write(to: &w)
+        return w.bytes
+    }
+
     public static func string(_ value: some Encodable & JSONWritable) -> String {
         guard fastPaths else { return String(decoding: foundationEncode(value), as: UTF8.self) }
         var w = JSONWriter()

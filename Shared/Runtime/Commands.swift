@@ -55,7 +55,7 @@ struct CommandReplyMessage: Error {
     /// The reply as an MQTT message; `payload` when the reply was written already (a page spliced as stored).
     func message(_ topics: Topics, payload: [UInt8]? = nil) -> MQTTMessage {
         var message = MQTTMessage(topic: command.responseTopic ?? topics.reply(command.device, command.name),
-                                  payload: payload ?? Array(JSONCoding.encode(reply)), qos: .atLeastOnce)
+                                  payload: payload ?? JSONCoding.bytes(reply), qos: .atLeastOnce)
         message.correlationData = command.correlationData
         return message
     }

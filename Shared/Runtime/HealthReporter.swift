@@ -120,7 +120,7 @@ public struct HealthReporter: Sendable {
     }
 
     public func message(_ status: Health.Status) -> MQTTMessage {
-        MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(health(status))), qos: .atLeastOnce, retain: true)
+        MQTTMessage(topic: topic, payload: JSONCoding.bytes(health(status)), qos: .atLeastOnce, retain: true)
     }
 
     /// The will: the broker publishes it when the connection dies uncleanly.

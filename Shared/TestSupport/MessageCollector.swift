@@ -192,7 +192,7 @@ public enum TestClient {
         try await client.subscribe([responseTopic])
         let request = CommandRequest(id: .string(UUID().uuidString), args: args)
         let reply = try await client.request(
-            MQTTMessage(topic: "\(topics.prefix)/\(device)/cmd/\(name)", payload: Array(JSONCoding.encode(request))),
+            MQTTMessage(topic: "\(topics.prefix)/\(device)/cmd/\(name)", payload: JSONCoding.bytes(request)),
             responseTopic: responseTopic, timeout: .milliseconds(Int64(timeout * 1000)))
         return try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
     }

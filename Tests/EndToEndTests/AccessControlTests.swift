@@ -125,7 +125,7 @@ import Testing
         let replyTopic = "tracker/_map/tracker-map/reply"
         try await map.subscribe([replyTopic])
         let request = CommandRequest(id: .string("q1"), args: .object(["fromMs": .number(0), "toMs": .number(4_000_000_000_000)]))
-        let reply = try await map.request(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: Array(JSONCoding.encode(request))),
+        let reply = try await map.request(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: JSONCoding.bytes(request)),
                                           responseTopic: replyTopic, timeout: .seconds(10))
         #expect(try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload)).ok)
         // None of the refused ones reached the gateway: no fix, no session, no reply to them.
@@ -151,7 +151,7 @@ enum TestClientAs {
         let responseTopic = "tracker/\(device)/reply/\(name)-\(UUID().uuidString.prefix(6))"
         try await client.subscribe([responseTopic])
         let request = CommandRequest(id: .string(UUID().uuidString))
-        let reply = try await client.request(MQTTMessage(topic: "tracker/\(device)/cmd/\(name)", payload: Array(JSONCoding.encode(request))),
+        let reply = try await client.request(MQTTMessage(topic: "tracker/\(device)/cmd/\(name)", payload: JSONCoding.bytes(request)),
                                              responseTopic: responseTopic, timeout: .seconds(10))
         return try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
     }

@@ -135,10 +135,10 @@ import Testing
         let after = fixes[96...].map { f in var f = f; f.t += 420; return f }
         fixes = Array(fixes[...95]) + stand + after
         for (i, f) in fixes.enumerated() {
-            try await client.publishAndWait(MQTTMessage(topic: "tracker/walker/fixes", payload: Array(JSONCoding.encode(f))))
+            try await client.publishAndWait(MQTTMessage(topic: "tracker/walker/fixes", payload: JSONCoding.bytes(f)))
             if i % 5 == 0 {
                 let still = ActivityReading(activity: "still", confidence: i % 10 == 0 ? 33 : 66, t: f.t)
-                try await client.publishAndWait(MQTTMessage(topic: "tracker/walker/activity", payload: Array(JSONCoding.encode(still))))
+                try await client.publishAndWait(MQTTMessage(topic: "tracker/walker/activity", payload: JSONCoding.bytes(still)))
             }
         }
         try await out.wait(description: "the walk resumes after the stand") { all in

@@ -195,7 +195,7 @@ extension HeavySuites {
             try await first.subscribe([firstReplies])
             for i in 0..<5 {
                 let request = CommandRequest(id: .string("q\(i)"), args: .object(["fromMs": .number(0), "toMs": .number(4_000_000_000_000)]))
-                let reply = try await first.request(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: Array(JSONCoding.encode(request))),
+                let reply = try await first.request(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: JSONCoding.bytes(request)),
                                                     responseTopic: firstReplies, timeout: .seconds(10))
                 #expect(try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload)).ok)
             }
@@ -203,7 +203,7 @@ extension HeavySuites {
             let own = "tracker/_map/tracker-map-2/\(UUID().uuidString.prefix(12))/reply"
             let request = CommandRequest(id: .string("mine"), args: .object(["fromMs": .number(0), "toMs": .number(1)]))
             let ctl = try await constellation.operatorClient()
-            try await ctl.publishAndWait(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: Array(JSONCoding.encode(request)), responseTopic: own))
+            try await ctl.publishAndWait(MQTTMessage(topic: "tracker/devA/cmd/getSessions", payload: JSONCoding.bytes(request), responseTopic: own))
             try await second.wait(description: "its own reply") { $0.contains { $0.topic == own } }
             #expect(!second.messages.contains { $0.topic.hasPrefix("tracker/_map/tracker-map/") }, "the second page read the first's replies")
             await ctl.disconnect()

@@ -23,7 +23,7 @@ import Testing
             for seq in range {
                 let device = DeviceID("van\(seq % 3)")!
                 let p = TrackPoint(seq: seq, sessionID: "s", timeMs: 1_800_000_000_000 + seq * 1000, latitude: 48.1, longitude: 11.5, accuracyM: 5, odometerM: 0)
-                try await client.publishAndWait(MQTTMessage(topic: "tracker/\(device)/points", payload: Array(JSONCoding.encode(PointMessage(device: device, point: p, epoch: "e")))))
+                try await client.publishAndWait(MQTTMessage(topic: "tracker/\(device)/points", payload: JSONCoding.bytes(PointMessage(device: device, point: p, epoch: "e"))))
             }
         }
         try await publish(1...300)

@@ -26,7 +26,7 @@ import Testing
                    source: .ownTracks, latitude: 37.331821, longitude: -122.030386, accuracyM: 10.5, speedMps: 1.54,
                    courseDeg: 263.6, altitudeM: -3.25, verticalAccuracyM: 4, mock: true, batteryPct: 77),
         ] {
-            let bytes = Array(JSONCoding.encode(fix))
+            let bytes = JSONCoding.bytes(fix)
             #expect(RawFix(flat: bytes) == fix)
             #expect(RawFix(flat: bytes) == (try JSONCoding.decoder.decode(RawFix.self, from: Data(bytes))))
         }
@@ -42,12 +42,12 @@ import Testing
             for message in [PointMessage(device: d, point: point), PointMessage(device: d, point: point, epoch: "e-1"),
                             PointMessage(device: d, point: point, epoch: "e", measured: MeasuredFix(latitude: 1.5, longitude: -2, accuracyM: 12.25,
                                                                                                       speedMps: 3, courseDeg: 90))] {
-                let bytes = Array(JSONCoding.encode(message))
+                let bytes = JSONCoding.bytes(message)
                 #expect(PointMessage(flat: bytes) == message)
                 #expect(PointMessage(flat: bytes) == (try JSONCoding.decoder.decode(PointMessage.self, from: Data(bytes))))
             }
             // A point alone, as the uploader's queue stores it.
-            let bytes = Array(JSONCoding.encode(point))
+            let bytes = JSONCoding.bytes(point)
             #expect(TrackPoint(flat: bytes) == point)
             #expect(TrackPoint(flat: bytes) == (try JSONCoding.decoder.decode(TrackPoint.self, from: Data(bytes))))
         }
@@ -69,7 +69,7 @@ import Testing
         let d = DeviceID("p-1")!
         for message in [MotionMessage(device: d, seq: 1, timeMs: 1, state: .stationary),
                         MotionMessage(device: d, seq: 9_007_199_254_740_993, timeMs: 1_793_197_938_549, state: .stopPending, epoch: "e-1", prev: 4)] {
-            let bytes = Array(JSONCoding.encode(message))
+            let bytes = JSONCoding.bytes(message)
             #expect(MotionMessage(flat: bytes) == message)
             #expect(MotionMessage(flat: bytes) == (try JSONCoding.decoder.decode(MotionMessage.self, from: Data(bytes))))
         }

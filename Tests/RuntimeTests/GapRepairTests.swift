@@ -78,7 +78,7 @@ private final class RepairHarness {
     func health(tips: [String: Int64], epoch: String? = nil) -> MQTTMessage {
         let health = Health(service: "filter", status: .online, version: "t", startedMs: 0, timeMs: 0,
                             streams: ["points": StreamTips(epoch: epoch ?? producer.epoch, tips: tips)])
-        return MQTTMessage(topic: "tracker/_health/filter", payload: Array(JSONCoding.encode(health)), retain: true)
+        return MQTTMessage(topic: "tracker/_health/filter", payload: JSONCoding.bytes(health), retain: true)
     }
 
     /// The broker carries the newest request to the producer and its answer back.
@@ -102,7 +102,7 @@ private final class RepairHarness {
     func answerNewestRequest(with reply: (JSONValue) throws -> CommandReply) throws {
         let request = try #require(requests.last)
         let id = try #require(try JSONDecoder().decode(CommandRequest.self, from: Data(request.payload)).id)
-        deliver([MQTTMessage(topic: request.responseTopic!, payload: Array(JSONCoding.encode(try reply(id))))])
+        deliver([MQTTMessage(topic: request.responseTopic!, payload: JSONCoding.bytes(try reply(id)))])
     }
 
     var gaps: [StreamGap] {
@@ -168,7 +168,7 @@ private final class RepairHarness {
         h.deliver(Array(sent[0..<6]))
         let tips = Health(service: "filter", status: .online, version: "t", startedMs: 0, timeMs: 0,
                           streams: ["points": StreamTips(epoch: h.producer.epoch, tips: ["d": 10, "other": 0])])
-        h.deliver([MQTTMessage(topic: "tracker/_health/filter", payload: Array(JSONCoding.encode(tips)), retain: true)])
+        h.deliver([MQTTMessage(topic: "tracker/_health/filter", payload: JSONCoding.bytes(tips), retain: true)])
         h.tick()
         #expect(h.requests.isEmpty, "a tip may overtake its own messages: no request within the grace")
         h.clock.advance(by: .seconds(2))

@@ -83,7 +83,7 @@ final class HostHarness {
     }
 
     func item(_ device: String, _ seq: Int64, _ value: Int64, fail: String? = nil, epoch: String? = "e1") -> MQTTMessage {
-        MQTTMessage(topic: "tracker/\(device)/raw", payload: Array(JSONCoding.encode(Item(seq: seq, epoch: epoch, value: value, fail: fail))))
+        MQTTMessage(topic: "tracker/\(device)/raw", payload: JSONCoding.bytes(Item(seq: seq, epoch: epoch, value: value, fail: fail)))
     }
 
     /// One pass of the loop: these messages read, then the commit hook.
@@ -336,7 +336,7 @@ final class PauseLog: @unchecked Sendable {
         let host = try ServiceHost(tallyService(keep: 1_000, maxTotal: 1_000), databasePath: path, bus: bus, topics: Topics(),
                                    logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), pause: { _ in })
         func item(_ d: Int, _ seq: Int) -> MQTTMessage {
-            MQTTMessage(topic: "tracker/d\(d)/raw", payload: Array(JSONCoding.encode(Item(seq: Int64(seq), epoch: "e", value: 1))))
+            MQTTMessage(topic: "tracker/d\(d)/raw", payload: JSONCoding.bytes(Item(seq: Int64(seq), epoch: "e", value: 1)))
         }
         // 20 devices × 100 entries = 2,000 in a log allowed 1,000 in all.
         for seq in 1...100 { (0..<20).forEach { host.receive(item($0, seq)) }; #expect(host.commit()) }
@@ -368,7 +368,7 @@ final class PauseLog: @unchecked Sendable {
         let names = (0..<50).map { "d\($0)" }
         let mine = try #require(names.first { four.partition(ofSegment: $0) == 0 })
         let other = try #require(names.first { four.partition(ofSegment: $0) != 0 })
-        let payload = Array(JSONCoding.encode(Item(seq: 1, epoch: "e", value: 5)))
+        let payload = JSONCoding.bytes(Item(seq: 1, epoch: "e", value: 5))
         host.receive(MQTTMessage(topic: "tracker/_p/0/\(other)/raw", payload: payload))
         host.receive(MQTTMessage(topic: "tracker/_p/0/\(mine)/raw", payload: payload))
         #expect(bus.messages.isEmpty)

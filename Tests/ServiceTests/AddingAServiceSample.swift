@@ -83,7 +83,7 @@ import Testing
         let p = TrackPoint(seq: seq, sessionID: "s1", timeMs: t0 + seq * 1_000, latitude: 48.1, longitude: 11.5 + Double(seq) * 0.0003,
                            accuracyM: 5, speedMps: speed, odometerM: Double(seq) * 20)
         return MQTTMessage(topic: "tracker/van1/points",
-                           payload: Array(JSONCoding.encode(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f1"))))
+                           payload: JSONCoding.bytes(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f1")))
     }
 
     func speedingEvents() -> [Event] {

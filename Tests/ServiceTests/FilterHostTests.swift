@@ -28,7 +28,7 @@ import Testing
         let fix = RawFix(device: DeviceID("van1")!, seq: seq, sessionID: "s", timeMs: t0 + Int64(t * 1000), receivedMs: t0,
                          source: .device, latitude: lat, longitude: lon, accuracyM: 10, speedMps: doppler ? 12 : nil,
                          courseDeg: doppler ? 0 : nil)
-        return MQTTMessage(topic: "tracker/van1/raw", payload: Array(JSONCoding.encode(fix)))
+        return MQTTMessage(topic: "tracker/van1/raw", payload: JSONCoding.bytes(fix))
     }
 
     func pointSeqs() -> [Int64] {

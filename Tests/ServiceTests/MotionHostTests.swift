@@ -27,7 +27,7 @@ import Testing
         let (lat, lon) = frame.toGeo(x: x, y: y)
         let p = TrackPoint(seq: seq, sessionID: session, timeMs: t0 + Int64(t * 1000), latitude: lat, longitude: lon,
                            accuracyM: 5, speedMps: speed, odometerM: x)
-        return MQTTMessage(topic: "tracker/van1/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f1"))))
+        return MQTTMessage(topic: "tracker/van1/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f1")))
     }
 
     func command(_ name: String, _ args: String = "{}", device: String = "van1") -> MQTTMessage {
@@ -214,7 +214,7 @@ import Testing
         #expect(events().count == before)
         // The gateway closes the session: no more pace changes.
         let stopped = Event(device: DeviceID("van1")!, timeMs: t0, .sessionStopped(Session(id: "s1", device: DeviceID("van1")!, tag: nil, startMs: t0, endMs: t0 + 1)))
-        motion.receive(MQTTMessage(topic: "tracker/van1/events", payload: Array(JSONCoding.encode(stopped))))
+        motion.receive(MQTTMessage(topic: "tracker/van1/events", payload: JSONCoding.bytes(stopped)))
         motion.receive(command("changePace", #"{"isMoving":false}"#)); #expect(motion.commit())
         #expect(try reply("changePace")?.code == "notReady")
     }

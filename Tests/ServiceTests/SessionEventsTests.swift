@@ -13,7 +13,7 @@ import Testing
                         Session(id: "s-2", device: Self.device, tag: "route 7", startMs: 5, endMs: 9, auto: false)]
         for session in sessions {
             for body in [Event.Body.sessionStarted(session), .sessionStopped(session)] {
-                let payload = Array(JSONCoding.encode(Event(device: Self.device, timeMs: 10, body)))
+                let payload = JSONCoding.bytes(Event(device: Self.device, timeMs: 10, body))
                 let read = try #require(SessionEvents.read(payload))
                 let decoded = try JSONCoding.decoder.decode(Event.self, from: Data(payload))
                 switch decoded.body {
@@ -29,7 +29,7 @@ import Testing
         let escaped = Session(id: "s-3", device: Self.device, tag: "a \"quoted\" tag", startMs: 5)
         let point = TrackPoint(seq: 1, sessionID: "s", timeMs: 1, latitude: 1, longitude: 2, accuracyM: 3, odometerM: 0)
         for body in [Event.Body.sessionStarted(escaped), .location(point)] {
-            #expect(SessionEvents.read(Array(JSONCoding.encode(Event(device: Self.device, timeMs: 10, body)))) == nil)
+            #expect(SessionEvents.read(JSONCoding.bytes(Event(device: Self.device, timeMs: 10, body))) == nil)
         }
         for odd in [#"{"type":"sessionStarted","session":{"id":"s"}}"#,
                     #"{"type":"sessionStopped","session":{"id":"s","device":"van","startMs":1,"tag":5}}"#,

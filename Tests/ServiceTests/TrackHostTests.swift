@@ -28,7 +28,7 @@ import TrackCore
         let p = TrackPoint(seq: seq, sessionID: session, timeMs: t0 + Int64(t * 1000), latitude: lat, longitude: lon,
                            accuracyM: 5, speedMps: 10, courseDeg: 90, odometerM: odometer)
         let m = MeasuredFix(latitude: lat, longitude: lon, accuracyM: 5, speedMps: 10, courseDeg: 90)
-        return MQTTMessage(topic: "tracker/van1/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f", measured: m))))
+        return MQTTMessage(topic: "tracker/van1/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f", measured: m)))
     }
 
     func query(_ track: ServiceHost<TrackRow>, _ name: String, _ args: String) throws -> CommandReply {

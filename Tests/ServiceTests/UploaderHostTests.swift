@@ -53,7 +53,7 @@ final class ScriptedTransport: HTTPTransport, @unchecked Sendable {
 
     func point(_ seq: Int64, device: String = "van1", epoch: String = "f") -> MQTTMessage {
         let p = TrackPoint(seq: seq, sessionID: "s", timeMs: 1_800_000_000_000 + seq * 1000, latitude: 48.1, longitude: 11.5, accuracyM: 5, odometerM: 0)
-        return MQTTMessage(topic: "tracker/\(device)/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID(device)!, point: p, epoch: epoch))))
+        return MQTTMessage(topic: "tracker/\(device)/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID(device)!, point: p, epoch: epoch)))
     }
 
     func command(_ uploader: ServiceHost<UploaderService.Row>, _ name: String, _ args: String = "{}") throws -> CommandReply {
@@ -318,7 +318,7 @@ extension UploaderHostTests {
         _ = try command(uploader, "configureSync", #"{"url":"https://api.example.com/p","autoSync":false,"maxDaysToPersist":1}"#)
         let yearOld = TrackPoint(seq: 1, sessionID: "s", timeMs: clock.nowMs() - 365 * 86_400_000, latitude: 48.1, longitude: 11.5,
                                  accuracyM: 5, odometerM: 0)
-        uploader.receive(MQTTMessage(topic: "tracker/van1/points", payload: Array(JSONCoding.encode(PointMessage(device: DeviceID("van1")!, point: yearOld, epoch: "f")))))
+        uploader.receive(MQTTMessage(topic: "tracker/van1/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID("van1")!, point: yearOld, epoch: "f"))))
         uploader.receive(point(2))
         #expect(uploader.commit())
         transport.script(Exchange(statusCode: 200))
@@ -344,7 +344,7 @@ extension UploaderHostTests {
             try before.migrate(db)
             let old = TrackPoint(seq: 1, sessionID: "s", timeMs: 1_500_000_000_000, latitude: 48.1, longitude: 11.5, accuracyM: 5, odometerM: 0)
             try db.run("INSERT INTO queue (device, epoch, seq, timeMs, body) VALUES (?, ?, ?, ?, ?)",
-                       [.text("van1"), .text("f"), .integer(1), .integer(old.timeMs), .utf8(Array(JSONCoding.encode(old)))])
+                       [.text("van1"), .text("f"), .integer(1), .integer(old.timeMs), .utf8(JSONCoding.bytes(old))])
         }
         let uploader = try host()
         defer { uploader.close() }

@@ -110,7 +110,7 @@ enum FilterService {
             if settings.decisionLog || settings.rawPoints {
                 let logged = LoggedJudgement(judgement, decision: settings.decisionLog, point: settings.rawPoints)
                 try work.append(to: store.judgements, seq: fix.seq, sessionID: fix.sessionID, timeMs: fix.timeMs,
-                                body: Array(JSONCoding.encode(logged)))
+                                body: JSONCoding.bytes(logged))
                 if !settings.decisionLog { try store.notePartMissing(work.device, part: LoggedJudgement.decisionPart) }
                 if !settings.rawPoints { try store.notePartMissing(work.device, part: LoggedJudgement.pointPart) }
             }

@@ -71,7 +71,7 @@ extension RegionKeeper {
     private struct Request<Args: Encodable>: Encodable { var id: String; var args: Args }
 
     static func command<Args: Encodable>(_ name: String, id: String, args: Args, _ work: Work<GatewayRow>) -> MQTTMessage {
-        MQTTMessage(topic: work.topics.command(work.device, name), payload: Array(JSONCoding.encode(Request(id: "ownTracks:\(id)", args: args))))
+        MQTTMessage(topic: work.topics.command(work.device, name), payload: JSONCoding.bytes(Request(id: "ownTracks:\(id)", args: args)))
     }
 }
 

@@ -102,7 +102,7 @@ struct API: Sendable {
             let code = reply.code.flatMap(ErrorCode.init(rawValue:)) ?? .internal
             throw HTTPError(HTTPError.status(of: code), code, reply.message ?? "\(name) failed")
         }
-        return .json(200, bytes: Array(JSONCoding.encode(reply.result ?? .null)))
+        return .json(200, bytes: JSONCoding.bytes(reply.result ?? .null))
     }
 
     // MARK: In

@@ -80,7 +80,7 @@ final class AccountSession: Sendable {
     func command(_ device: DeviceID, _ name: String, args: [String: JSONValue], timeout: Duration) async throws -> CommandReply {
         let request = CommandRequest(id: .string(UUID().uuidString.lowercased()), args: .object(args))
         do {
-            let reply = try await client.request(MQTTMessage(topic: topics.command(device, name), payload: Array(JSONCoding.encode(request))),
+            let reply = try await client.request(MQTTMessage(topic: topics.command(device, name), payload: JSONCoding.bytes(request)),
                                                  responseTopic: replyTopic, timeout: timeout)
             return try JSONCoding.decoder.decode(CommandReply.self, from: Data(reply.payload))
         } catch MQTTError.publishRefused {

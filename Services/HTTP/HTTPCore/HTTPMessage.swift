@@ -47,7 +47,7 @@ public struct HTTPResponse: Sendable {
     }
 
     public static func json(_ status: Int = 200, _ value: some Encodable) -> HTTPResponse {
-        json(status, bytes: Array(JSONCoding.encode(value)))
+        json(status, bytes: JSONCoding.bytes(value))
     }
 
     public static func text(_ status: Int = 200, contentType: String, _ text: String) -> HTTPResponse {

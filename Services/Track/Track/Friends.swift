@@ -39,7 +39,7 @@ final class Friends: Sendable {
             let cardTopic = work.topics.friendCard(device)
             // Once however many points the batch has of the device.
             work.publishLatest(topic: cardTopic) {
-                MQTTMessage(topic: cardTopic, payload: Array(JSONCoding.encode(OwnTracksCard(name: identity.name, tid: identity.tid))), retain: true)
+                MQTTMessage(topic: cardTopic, payload: JSONCoding.bytes(OwnTracksCard(name: identity.name, tid: identity.tid)), retain: true)
             }
             work.afterCommit { [self] in identities.withLock { $0[device]??.carded = true } }
         }
@@ -47,7 +47,7 @@ final class Friends: Sendable {
         // A burst of points in one batch publishes the newest only.
         work.publishLatest(topic: topic) {
             let location = OwnTracksLocation(point, measured: measured, tid: identity.tid)
-            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(location)), retain: true)
+            return MQTTMessage(topic: topic, payload: JSONCoding.bytes(location), retain: true)
         }
     }
 

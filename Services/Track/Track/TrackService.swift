@@ -170,14 +170,14 @@ enum TrackService {
             let live = LiveFrame(device: device, timeMs: point.timeMs, latitude: point.latitude, longitude: point.longitude,
                                  accuracyM: point.accuracyM, speedMps: point.speedMps, headingDeg: point.courseDeg, motion: row.motion,
                                  tail: kept.map { [tail[$0].latitude, tail[$0].longitude] }, session: row.session)
-            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(live)), qos: .atMostOnce, retain: true)
+            return MQTTMessage(topic: topic, payload: JSONCoding.bytes(live), qos: .atMostOnce, retain: true)
         }
     }
 
     private static func keep(_ message: PointMessage, _ work: Work<TrackRow>, store: TrackStore, settings: TrackSettings) throws {
         let point = message.point
         try work.append(to: store.points, seq: point.seq, sessionID: point.sessionID, timeMs: point.timeMs,
-                        body: Array(JSONCoding.encode(StoredBody(StoredPoint(point: point, measured: message.measured)))))
+                        body: JSONCoding.bytes(StoredBody(StoredPoint(point: point, measured: message.measured))))
         // A silence of 10 minutes or more that resumes 250 m away or more: one gap, its straight line a lower bound.
         if let lastMs = work.row.lastTimeMs, let lat = work.row.lastLatitude, let lon = work.row.lastLongitude,
            point.timeMs - lastMs >= settings.gapAfterMs {

@@ -345,7 +345,7 @@ final class UploadWorker: LongRunning, @unchecked Sendable {
 
     private func publish(_ body: Event.Body) {
         let event = Event(device: .fleet, timeMs: clock.nowMs(), body)
-        send(MQTTMessage(topic: topics.events(.fleet), payload: Array(JSONCoding.encode(event.bounded))))
+        send(MQTTMessage(topic: topics.events(.fleet), payload: JSONCoding.bytes(event.bounded)))
     }
 
     private func send(_ message: MQTTMessage) {

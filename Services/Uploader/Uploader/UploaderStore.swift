@@ -51,7 +51,7 @@ final class UploaderStore {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             """, [
             .text(message.device.rawValue), .text(message.epoch ?? ""), .integer(message.point.seq), .integer(message.point.timeMs),
-            .utf8(Array(JSONCoding.encode(message.point))), Self.real(message.measured?.altitudeM), Self.real(message.measured?.batteryPct),
+            .utf8(JSONCoding.bytes(message.point)), Self.real(message.measured?.altitudeM), Self.real(message.measured?.batteryPct),
             .integer(nowMs)])
         return db.changes > 0 ? db.lastInsertRowID : nil
     }

@@ -135,10 +135,10 @@ final class QueryWorker: LongRunning {
         switch outcome {
         case .success(let bytes): payload = bytes
         case .failure(let error as CommandError):
-            payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, error)))
+            payload = JSONCoding.bytes(CommandReply.failure(id: command.request.id, error))
         case .failure(let error):
             logger.error("query failed", ["command": command.name, "device": command.device.rawValue, "error": "\(error)"])
-            payload = Array(JSONCoding.encode(CommandReply.failure(id: command.request.id, CommandError(.internal, "store failed: \(error)"))))
+            payload = JSONCoding.bytes(CommandReply.failure(id: command.request.id, CommandError(.internal, "store failed: \(error)")))
         }
         counters.count("queries")
         let message = CommandReplyMessage(command, .success(id: command.request.id, .null)).message(topics, payload: payload)
@@ -168,12 +168,12 @@ final class QueryWorker: LongRunning {
     static func reply(to command: IncomingCommand, _ result: QueryResult) throws -> [UInt8] {
         switch result {
         case .value(let value):
-            return Array(JSONCoding.encode(CommandReply.success(id: command.request.id, try JSONValue(encoding: value))))
+            return JSONCoding.bytes(CommandReply.success(id: command.request.id, try JSONValue(encoding: value)))
         case .page(let page):
             var bytes: [UInt8] = []
             bytes.reserveCapacity(page.bodies.reduce(64) { $0 + $1.utf8.count + 1 })
             bytes += Array("{".utf8)
-            if let id = command.request.id { bytes += Array(#""id":"#.utf8) + Array(JSONCoding.encode(id)) + [UInt8(ascii: ",")] }
+            if let id = command.request.id { bytes += Array(#""id":"#.utf8) + JSONCoding.bytes(id) + [UInt8(ascii: ",")] }
             if let next = page.nextOffset { bytes += Array(#""nextOffset":\#(next),"#.utf8) }
             bytes += Array(#""ok":true,"result":["#.utf8)
             for (i, body) in page.bodies.enumerated() {

@@ -101,7 +101,7 @@ extension ServiceHost {
         let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
         let reply = CommandReply.failure(id: request?.id, CommandError(.badInput,
             "device: '\(segment.prefix(80))' is not a device id (1–64 of A-Z a-z 0-9 . _ -, not starting with _ except _fleet)"))
-        var out = MQTTMessage(topic: replyTopic, payload: Array(JSONCoding.encode(reply)))
+        var out = MQTTMessage(topic: replyTopic, payload: JSONCoding.bytes(reply))
         out.correlationData = message.correlationData
         batch.effects.items.append(.publish(out))
     }

@@ -28,7 +28,7 @@ extension ServiceHost {
         let range = ask.request
         let request = CommandRequest(id: .string(ask.id), args: .object([
             "epoch": .string(range.epoch), "after": .number(Double(range.after)), "through": .number(Double(range.through))]))
-        var message = MQTTMessage(topic: topics.command(ask.key.device, stream.repairCommand), payload: Array(JSONCoding.encode(request)))
+        var message = MQTTMessage(topic: topics.command(ask.key.device, stream.repairCommand), payload: JSONCoding.bytes(request))
         message.responseTopic = repairReplyTopic
         message.correlationData = Array(ask.id.utf8)
         batch.effects.items.append(.publish(message))

@@ -381,7 +381,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     func event(_ device: DeviceID, _ body: Event.Body) -> MQTTMessage {
-        MQTTMessage(topic: topics.events(device), payload: Array(JSONCoding.encode(Event(device: device, timeMs: clock.nowMs(), body).bounded)))
+        MQTTMessage(topic: topics.events(device), payload: JSONCoding.bytes(Event(device: device, timeMs: clock.nowMs(), body).bounded))
     }
 
     // MARK: Commit (network thread, before acknowledgements are written)

@@ -146,7 +146,7 @@ public final class Work<Row> {
     }
 
     public func emit(_ event: Event) {
-        effects.items.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: Array(JSONCoding.encode(event.bounded)))))
+        effects.items.append(.publish(MQTTMessage(topic: topics.events(event.device), payload: JSONCoding.bytes(event.bounded))))
     }
 
     /// Any other message (a request to another service).
@@ -163,7 +163,7 @@ public final class Work<Row> {
     public func send<M: OutboxMessage>(_ message: M, sessionID: String?, timeMs: Int64?) throws {
         var message = message
         message.prev = try previousSent()
-        try send(seq: message.seq, sessionID: sessionID, timeMs: timeMs, body: Array(JSONCoding.encode(message)))
+        try send(seq: message.seq, sessionID: sessionID, timeMs: timeMs, body: JSONCoding.bytes(message))
     }
 
     /// Stores a body as it is (it carries no `prev`: a consumer cannot tell

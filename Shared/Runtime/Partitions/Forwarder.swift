@@ -113,7 +113,7 @@ final class Forwarder: @unchecked Sendable {
         guard refused.refusal.announce else { return }
         let event = Event(device: refused.device, timeMs: clock.nowMs(),
                           .error(code: refused.refusal.code.rawValue, message: refused.refusal.message))
-        publish(MQTTMessage(topic: topics.events(refused.device), payload: Array(JSONCoding.encode(event.bounded))))
+        publish(MQTTMessage(topic: topics.events(refused.device), payload: JSONCoding.bytes(event.bounded)))
     }
 
     // MARK: Fleet commands
@@ -150,7 +150,7 @@ final class Forwarder: @unchecked Sendable {
             page = FleetGather.Page(limit: limit, offset: offset)
             args["limit"] = .number(Double(offset + limit))
             args["offset"] = .number(0)
-            payload = Array(JSONCoding.encode(CommandRequest(id: request.id, args: .object(args))))
+            payload = JSONCoding.bytes(CommandRequest(id: request.id, args: .object(args)))
         }
         let id = UUID().uuidString.lowercased()
         let (started, capacity) = gathers.withLock {
@@ -182,7 +182,7 @@ final class Forwarder: @unchecked Sendable {
     }
 
     private func answer(_ answer: FleetGather.Answer) {
-        publish(MQTTMessage(topic: answer.asker.topic, payload: Array(JSONCoding.encode(answer.reply)), qos: .atLeastOnce,
+        publish(MQTTMessage(topic: answer.asker.topic, payload: JSONCoding.bytes(answer.reply), qos: .atLeastOnce,
                             correlationData: answer.asker.correlationData))
     }
 

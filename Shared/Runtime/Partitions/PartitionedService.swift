@@ -247,7 +247,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             switch effect {
             case .publish(let k, let lease):
                 do {
-                    try output.publish(MQTTMessage(topic: leaseTopic(k), payload: Array(JSONCoding.encode(lease)), retain: true))
+                    try output.publish(MQTTMessage(topic: leaseTopic(k), payload: JSONCoding.bytes(lease), retain: true))
                 } catch {
                     logger.warning("lease not published", ["partition": "\(k)", "error": "\(error)"])
                 }
@@ -411,7 +411,7 @@ final class PartitionedService<Row>: @unchecked Sendable {
             guard due else { return nil }
             let tips = Health(service: service, status: .online, version: TrackerVersion.current, startedMs: health.startedMs,
                               timeMs: now, instance: context.settings.instance, streams: streams)
-            return MQTTMessage(topic: topic, payload: Array(JSONCoding.encode(tips)), retain: true)
+            return MQTTMessage(topic: topic, payload: JSONCoding.bytes(tips), retain: true)
         }
     }
 }
