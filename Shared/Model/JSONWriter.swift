@@ -108,12 +108,7 @@ extension JSONCoding {
 
     /// The direct writer, for types that have one; picked over the generic
     /// `encode` by overload resolution wherever the type is known.
-    public static func encode(_ value: some Encodable & JSONWritable) -> Data {
-        guard fastPaths else { return foundationEncode(value) }
-        var w = JSONWriter()
-        value.write(to: &w)
-        return Data(w.bytes)
-    }
+    public static func encode(_ value: some Encodable & JSONWritable) -> Data { Data(bytes(value)) }
 
     /// `encode`'s bytes, without a `Data` between the writer and the caller
     /// (a message's payload and a log's body are byte arrays).
@@ -125,10 +120,7 @@ extension JSONCoding {
     }
 
     public static func string(_ value: some Encodable & JSONWritable) -> String {
-        guard fastPaths else { return String(decoding: foundationEncode(value), as: UTF8.self) }
-        var w = JSONWriter()
-        value.write(to: &w)
-        return String(decoding: w.bytes, as: UTF8.self)
+        String(decoding: bytes(value), as: UTF8.self)
     }
 }
 

@@ -23,7 +23,7 @@ extension HeavySuites {
 
             // 200 requests for 10,000 fixes each, all at once.
             let replies = try await MessageCollector(port: broker.port, filters: ["tracker/_ctl/reply/flood"])
-            let request = Array(JSONCoding.encode(CommandRequest(args: .object(["limit": .number(10_000)]))))
+            let request = JSONCoding.bytes(CommandRequest(args: .object(["limit": .number(10_000)])))
             for _ in 0..<200 {
                 try publisher.publish(MQTTMessage(topic: "tracker/big/cmd/getRawFixes", payload: request,
                                                   responseTopic: "tracker/_ctl/reply/flood", correlationData: [1]))

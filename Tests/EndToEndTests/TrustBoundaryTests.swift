@@ -61,7 +61,7 @@ extension HeavySuites {
             let names = ["currentSession", "getDecisions", "getGeofences", "getPoints", "noSuchCommand"]
             let targets = ["evil/x", "$SYS/broker/x", "tracker/devB/reply/stolen", "tracker/devB/events", "tracker/devA/raw"]
             for i in 0..<300 {
-                let request = Array(JSONCoding.encode(CommandRequest(id: .string("flood-\(i)"))))
+                let request = JSONCoding.bytes(CommandRequest(id: .string("flood-\(i)")))
                 try a.publish(MQTTMessage(topic: "tracker/devA/cmd/\(names[i % names.count])", payload: request,
                                           responseTopic: targets[(i / names.count) % targets.count], correlationData: Array("c\(i)".utf8)))
             }
@@ -116,7 +116,7 @@ extension HeavySuites {
             defer { constellation.stop() }
             let a = try await Self.login("devA", constellation)
             for i in 0..<100 {
-                try a.publish(MQTTMessage(topic: "tracker/devA/cmd/getCount", payload: Array(JSONCoding.encode(CommandRequest(id: .string("r\(i)")))),
+                try a.publish(MQTTMessage(topic: "tracker/devA/cmd/getCount", payload: JSONCoding.bytes(CommandRequest(id: .string("r\(i)"))),
                                           responseTopic: "evil/x", correlationData: [UInt8(i)]))
             }
             await a.drain(timeout: .seconds(10))

@@ -284,8 +284,8 @@ private final class RepairHarness {
         _ = h.produce("d", 1...3)
         for (args, code) in [(RepairRequest(epoch: "other", after: 0, through: 3), "notFound"),
                              (RepairRequest(epoch: h.producer.epoch, after: 3, through: 1), "badInput")] {
-            let request = MQTTMessage(topic: "tracker/d/cmd/repairPoints", payload: Array(JSONCoding.encode(
-                CommandRequest(id: .string("x"), args: try JSONValue(encoding: args)))), responseTopic: "tracker/d/reply/x")
+            let request = MQTTMessage(topic: "tracker/d/cmd/repairPoints", payload: JSONCoding.bytes(
+                CommandRequest(id: .string("x"), args: try JSONValue(encoding: args))), responseTopic: "tracker/d/reply/x")
             h.producerBus.clear()
             h.producer.receive(request)
             #expect(h.producer.commit())

@@ -151,8 +151,8 @@ extension TrackHostTests {
     /// retained at QoS 0, with the motion state, a simplified tail and the session so far.
     @Test func aBurstPublishesTheNewestLiveFrameOnly() throws {
         let track = try host()
-        track.receive(MQTTMessage(topic: "tracker/van1/motion", payload: Array(JSONCoding.encode(
-            MotionMessage(device: DeviceID("van1")!, seq: 1, timeMs: t0, state: .moving, epoch: "m")))))
+        track.receive(MQTTMessage(topic: "tracker/van1/motion", payload: JSONCoding.bytes(
+            MotionMessage(device: DeviceID("van1")!, seq: 1, timeMs: t0, state: .moving, epoch: "m"))))
         for i in 0..<60 { track.receive(point(Int64(i + 1), t: Double(i), x: Double(i) * 10, odometer: 100 + Double(i) * 10)) }
         #expect(track.commit())
         let frames = bus.messages.filter { $0.topic == "tracker/van1/live" }
@@ -246,8 +246,8 @@ extension TrackHostTests {
         let p = TrackPoint(seq: seq, sessionID: "s1", timeMs: t0 + Int64(t * 1000), latitude: 48.1 + t * 1e-5, longitude: 11.5,
                            accuracyM: 4.6, speedMps: 10, courseDeg: 359.6, odometerM: t * 10)
         let m = MeasuredFix(latitude: p.latitude, longitude: p.longitude, accuracyM: 4.6, altitudeM: 512.4, batteryPct: 81)
-        return MQTTMessage(topic: "tracker/\(device)/points", payload: Array(JSONCoding.encode(
-            PointMessage(device: DeviceID(device)!, point: p, epoch: "f", measured: m, receivedMs: receivedMs))))
+        return MQTTMessage(topic: "tracker/\(device)/points", payload: JSONCoding.bytes(
+            PointMessage(device: DeviceID(device)!, point: p, epoch: "f", measured: m, receivedMs: receivedMs)))
     }
 
     @Test func anOwnTracksDevicesNewestPointIsPublishedForItsFriends() throws {

@@ -130,7 +130,7 @@ struct API: Sendable {
 
     /// One fix as the contract's object, several as its array.
     private static func payload(_ request: OsmAndRequest) -> [UInt8] {
-        Array(request.fixes.count == 1 ? JSONCoding.encode(request.fixes[0]) : JSONCoding.encode(request.fixes))
+        request.fixes.count == 1 ? JSONCoding.bytes(request.fixes[0]) : JSONCoding.bytes(request.fixes)
     }
 
     /// OwnTracks HTTP mode: the message takes the path it takes over MQTT, and the answer is the app's friends.
