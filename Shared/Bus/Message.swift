@@ -77,14 +77,15 @@ public struct MQTTOptions: Sendable {
     public var will: MQTTMessage?
     public var protocolVersion: ProtocolVersion
     /// Unacknowledged QoS 1 messages the broker may send us (v5 receive
-    /// maximum): a service acknowledges a batch after its commit, so this
-    /// must cover a batch.
+    /// maximum). A service acknowledges a batch only after its commit, so
+    /// this bounds a batch.
     public var receiveWindow: Int32 = 1_000
     /// Unacknowledged QoS 1 messages we send (v5 send maximum). libmosquitto
-    /// walks every message in flight on each PUBACK, so a window of 1,000 (a
-    /// batch's output in flight at once) cost the filter a tenth of its CPU;
-    /// at 256 the walk is short and the window still covers the round trip
-    /// to a broker busy on the same cores.
+    /// walks every message in flight on each PUBACK, so the walk grows with
+    /// the window: at 1,000 it took about a tenth of the filter's CPU
+    /// (docs/benchmarks/2026-12-06-send-window.md). A Receive Maximum in the
+    /// broker's CONNACK replaces it (mosquitto advertises its
+    /// `max_inflight_messages`; the product's configs set 0, no limit).
     public var sendWindow: Int32 = 256
     /// Where the client logs connection loss, reconnects and refusals (nil: quiet).
     public var logger: Logger?
