@@ -98,7 +98,7 @@ public final class MQTTClient: @unchecked Sendable {
         if options.protocolVersion == .v5 {
             // libmosquitto's default of 20 unacknowledged QoS 1 messages each
             // way makes throughput a function of round-trip time. The
-            // broker's CONNACK may still lower the send maximum (see sendWindow).
+            // broker's CONNACK may still replace the send maximum (see sendWindow).
             try check("set receive maximum", mosquitto_int_option(mosq, MOSQ_OPT_RECEIVE_MAXIMUM, options.receiveWindow))
             try check("set send maximum", mosquitto_int_option(mosq, MOSQ_OPT_SEND_MAXIMUM, options.sendWindow))
         }
