@@ -154,7 +154,7 @@ enum ConstellationBench {
     /// motion service's updates after the track and the uploader are done,
     /// and a clock started then measures that backlog (up to 300 ms).
     static func waitQuiet(_ constellation: Constellation, _ what: String, timeout: Double = 600) async throws {
-        let processes = 1 + Constellation.services.count
+        let processes = CPUTimes(constellation).processes.count
         let deadline = ContinuousClock.now + .seconds(timeout), window = Duration.milliseconds(500)
         var samples: [(at: ContinuousClock.Instant, cpu: Double)] = []
         while ContinuousClock.now < deadline {

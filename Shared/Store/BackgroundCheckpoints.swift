@@ -64,14 +64,13 @@ struct CheckpointPlan {
             return .inline
         }
         if running { return .none }
-        if let copied = copiedThrough, frames >= copied {
-            if frames - copied <= limit {
-                copiedThrough = nil
-                return .inline
-            }
+        // What the thread's last round left behind counts once.
+        let copied = copiedThrough
+        copiedThrough = nil
+        if let copied, frames >= copied {
+            if frames - copied <= limit { return .inline }
             roundsBehind += 1
         }
-        copiedThrough = nil
         running = true
         return .background
     }
