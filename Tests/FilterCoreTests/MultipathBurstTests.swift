@@ -81,6 +81,34 @@ import Testing
         #expect(!refused.isEmpty && refused.allSatisfy { $0 <= 11 * perSecond }, "road fixes refused: \(refused)")
     }
 
+    /// Without Doppler, out of a minute's tunnel: the first fix is a
+    /// reflection 800 m off the road, and the widened prediction takes it.
+    /// The road's fixes then disagree with the filter. Five of them over
+    /// 6 s, which fixes a second apart never span, were needed to restart
+    /// it, so it stayed on the reflection until its prediction widened to
+    /// the road again, and the point there went out. Now 7 s of them
+    /// restart it, and the reflection, still waiting in the smoothing lag,
+    /// is taken back: no point goes out there, and the odometer does not
+    /// count the way to it and back.
+    @Test func aReflectionOutOfATunnelIsTakenBackWithoutDoppler() {
+        let roadSeconds = Array(0..<30) + Array(90..<130)
+        let fixes = inputs(roadSeconds.map { t in
+            let north = t == 90 ? 800.0 : 0
+            return DeviceFix(t: 1_700_000_000 + Double(t), lat: Self.latitude + north / Self.metresPerDegree,
+                             lon: -122.1 + 15 * Double(t) / (Self.metresPerDegree * cos(Self.latitude * .pi / 180)), acc: 5)
+        })
+        var state = DeviceFilterState()
+        let judged = FilterCore().judgeRecording(fixes, state: &state)
+        let reflection = judged.first { $0.fix.timeMs == 1_700_000_090_000 }?.verdict
+        #expect(reflection?.decision.accepted == false && reflection?.rejection == .impliedSpeed, "the reflection: \(String(describing: reflection?.decision))")
+        let offRoad = judged.compactMap(\.verdict.point).map { abs($0.latitude - Self.latitude) * Self.metresPerDegree }
+        #expect(offRoad.allSatisfy { $0 < 20 }, "points off the road (m): \(offRoad.filter { $0 >= 20 })")
+        let driven = 15.0 * 129
+        #expect(abs(state.odometerM / driven - 1) < 0.02, "odometer \(state.odometerM) m against \(driven) m driven")
+        let refused = judged.filter { !$0.verdict.decision.accepted && $0.fix.timeMs > 1_700_000_090_000 }.count
+        #expect(refused <= 8, "road fixes refused after the tunnel: \(refused)")
+    }
+
     /// Over the sweep's first forty seeds of the phone and the good phone at
     /// 1 Hz with Doppler (errors correlated over ~10 s, bursts of 3–8 s):
     /// before the filter rode bursts out, 25 jumps got through and 300 clean
