@@ -61,9 +61,19 @@ extension FilterCore {
             }
         }
         if let newest = state.smoothing.waiting.last?.fix.timeMs {
-            due += releaseLagging(before: newest - profile.smoothingLagMs + 1, state: &state)
+            due += releaseLagging(before: newest - lagMs(state) + 1, state: &state)
         }
         return due
+    }
+
+    /// How far behind the newest fix a waiting fix is published: the
+    /// profile's lag; from a device reporting sparsely (every 4–30 s), at
+    /// least two of its intervals, so each point is smoothed with the two
+    /// fixes after it, not only the next.
+    func lagMs(_ state: DeviceFilterState) -> Int64 {
+        guard profile.smoothingLagMs > 0, reportsSparsely(state), let interval = state.ordering.reportIntervalMs,
+              interval <= profile.lookAheadMs else { return profile.smoothingLagMs }
+        return max(profile.smoothingLagMs, 2 * interval)
     }
 
     /// Publishes the waiting fixes older than `beforeMs`, each placed by the
