@@ -66,6 +66,26 @@ import Testing
         #expect(points.map(\.odometerM) == points.map(\.odometerM).sorted())
     }
 
+    /// A smoothed fix too close to the last point is refused a lag after it
+    /// came, when the filter has moved on: its decision's estimate is where
+    /// the fix was placed, not the filter's newest (which, driving at
+    /// 10 m/s, was 100 m on).
+    @Test func aSmoothedFixRefusedForSpacingIsEstimatedWhereItWasPlaced() {
+        var rng = SeededRandom(seed: 5)
+        // Creeping at 1 m/s for a minute, then driving at 10 m/s.
+        let fixes = (0..<120).map { i -> FilterInput in
+            let y = i < 60 ? Double(i) : 60 + Double(i - 60) * 10
+            return fix(i + 1, t: Double(i), x: rng.gaussian() * 2, y: y + rng.gaussian() * 2, accuracy: 5)
+        }
+        let refused = run(fixes).all.filter { $0.verdict.rejection == .minSpacing }
+        #expect(refused.count >= 10, "creeping: \(refused.count) refused for spacing")
+        for judged in refused {
+            let estimate = judged.verdict.decision.estimate
+            let off = estimate.map { Geodesy.distance($0.latitude, $0.longitude, judged.fix.latitude, judged.fix.longitude) } ?? .infinity
+            #expect(off < 15, "fix \(judged.fix.seq): estimate \(off) m from it")
+        }
+    }
+
     /// A device reporting every 15 s is silent for the lag (10 s) after
     /// every fix: the service published what waited then, so its points were
     /// never smoothed with the next fix (nor a stop's way out taken back from

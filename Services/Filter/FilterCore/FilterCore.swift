@@ -142,7 +142,11 @@ public struct FilterCore: Sendable {
             let (x, y) = frame.toLocal(lat: placed.latitude, lon: placed.longitude)
             let spacing = hypot(x - last.x, y - last.y)
             if spacing < minimum {
-                return reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
+                // Where the fix was placed, not the filter's newest estimate:
+                // a smoothed fix is placed a lag after the filter moved on.
+                var verdict = reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
+                verdict.decision.estimate = placed.estimate
+                return verdict
             }
         }
         return published(accepted(fix, at: placed), ahead: ahead, state: &state)
