@@ -52,6 +52,9 @@ public struct BinaryReader {
 
     @usableFromInline let bytes: [UInt8]
     @usableFromInline var offset: Int
+    /// The version of the format being read, as the owner of the whole set
+    /// it: a type whose fields grew reads an older version's order by it.
+    public var formatVersion: UInt64 = .max
 
     public init(_ bytes: [UInt8], from offset: Int = 0) { self.bytes = bytes; self.offset = offset }
 

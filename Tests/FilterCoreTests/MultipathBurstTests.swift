@@ -81,6 +81,18 @@ import Testing
         #expect(!refused.isEmpty && refused.allSatisfy { $0 <= 11 * perSecond }, "road fixes refused: \(refused)")
     }
 
+    /// Every fifth fix without a speed, and a burst of eight seconds: a run
+    /// of outliers with a Doppler speed in it must agree for 10 s, whatever
+    /// the fix that ends it. Judged by the 7 s of a device without Doppler,
+    /// the burst's last fix, without a speed, restarted the filter on it.
+    @Test func aBurstAmongFixesWithoutSpeedIsRiddenOut() {
+        let burst = 32..<40
+        let judged = verdicts(eastbound(60, speedlessEvery: 5) { burst.contains($0) ? 60 : 0 })
+        let taken = { (i: Int) in judged[Int64(i + 1)]?.decision.accepted == true }
+        #expect(burst.filter(taken).isEmpty, "burst fixes taken: \(burst.filter(taken))")
+        #expect((40..<60).allSatisfy(taken), "road fixes refused after the burst: \((40..<60).filter { !taken($0) })")
+    }
+
     /// Without Doppler, out of a minute's tunnel: the first fix is a
     /// reflection 800 m off the road, and the widened prediction takes it.
     /// The road's fixes then disagree with the filter. Five of them over
@@ -99,6 +111,7 @@ import Testing
         })
         var state = DeviceFilterState()
         let judged = FilterCore().judgeRecording(fixes, state: &state)
+        #expect(judged.map(\.fix.seq) == fixes.map(\.seq), "every fix judged once, in order")
         let reflection = judged.first { $0.fix.timeMs == 1_700_000_090_000 }?.verdict
         #expect(reflection?.decision.accepted == false && reflection?.rejection == .impliedSpeed, "the reflection: \(String(describing: reflection?.decision))")
         let offRoad = judged.compactMap(\.verdict.point).map { abs($0.latitude - Self.latitude) * Self.metresPerDegree }

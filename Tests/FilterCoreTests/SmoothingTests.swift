@@ -4,7 +4,7 @@ import Model
 import TestSupport
 import Testing
 
-/// Fixes without Doppler are published smoothed, `smoothingLagMs` late; the
+/// Fixes without Doppler are published smoothed, the lag (`lagMs`) late; the
 /// odometer follows the motion between sparse points.
 @Suite struct SmoothingTests {
     let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
@@ -66,10 +66,29 @@ import Testing
         #expect(points.map(\.odometerM) == points.map(\.odometerM).sorted())
     }
 
+    /// A restart takes back only the waiting fixes its run's first could
+    /// not have been reached from: driving north at 15 m/s, a run that
+    /// begins 60 m behind the start a second after the sixth fix denies
+    /// that fix (135 m in a second) and none before it (120 m in 2 s is 57 m/s).
+    @Test func aRestartTakesBackOnlyWhatItsRunDenies() throws {
+        let core = FilterCore()
+        var state = DeviceFilterState()
+        for i in 0..<6 { _ = core.submit(fix(i + 1, t: Double(i), x: 0, y: Double(i) * 15, accuracy: 3), state: &state) }
+        let before = state.smoothing.waiting
+        #expect(before.count == 6 && before.dropFirst().allSatisfy { $0.verdict.step != nil }, "the first started the filter; the rest were taken")
+        core.takeBackWhatTheRunDenies(.init(x: 0, y: -60, timeMs: t0 + 6_000, accuracyM: 3, doppler: false), state: &state)
+        let after = state.smoothing.waiting
+        #expect(Array(after.prefix(5)) == Array(before.prefix(5)), "the fixes it could have come from stay")
+        let denied = after[5].verdict
+        #expect(denied.rejection == .impliedSpeed && denied.step == nil && denied.decision.accepted == false)
+        #expect(abs((denied.decision.measured ?? 0) - 129) < 2, "measured \(String(describing: denied.decision.measured))")
+        #expect(denied.decision.estimate == before[5].verdict.decision.estimate, "keeps the estimate it was judged with")
+    }
+
     /// A smoothed fix too close to the last point is refused a lag after it
     /// came, when the filter has moved on: its decision's estimate is where
     /// the fix was placed, not the filter's newest (which, driving at
-    /// 10 m/s, was 100 m on).
+    /// 10 m/s, was 28–61 m on).
     @Test func aSmoothedFixRefusedForSpacingIsEstimatedWhereItWasPlaced() {
         var rng = SeededRandom(seed: 5)
         // Creeping at 1 m/s for a minute, then driving at 10 m/s.

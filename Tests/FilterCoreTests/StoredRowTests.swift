@@ -47,7 +47,7 @@ import Testing
         var axis = AxisFilter(position: 1.5, velocity: -2.25, positionVariance: 3, velocityVariance: 4)
         axis.pv = 0.5
         row.state.kalman.phase = .lost(frame: frame)
-        row.state.kalman.outliers = [.init(x: 1, y: 2, timeMs: 3, accuracyM: 4)]
+        row.state.kalman.outliers = [.init(x: 1, y: 2, timeMs: 3, accuracyM: 4, doppler: false)]
         row.state.ordering.newestMs = 1_793_197_938_549
         row.state.ordering.reportIntervalMs = 15_000
         row.state.ordering.newestReceivedMs = 1_793_197_939_000
@@ -82,7 +82,7 @@ import Testing
         }
         #expect(throws: (any Error).self) { try FilterRow.restored(from: Data(stored + [0]), using: JSONCoding.decoder) }
         var newer = stored
-        newer[1] = 2
+        newer[1] = UInt8(FilterRow.binaryVersion + 1)
         let (restarted, flag) = try FilterRow.restored(from: Data(newer), using: JSONCoding.decoder)
         #expect(flag)
         #expect(restarted.state.odometer.meters == row.state.odometer.meters)
@@ -90,6 +90,24 @@ import Testing
         #expect(restarted.state.smoothing.waiting.isEmpty)
         // A fifth the size of the JSON, or less: it is written once per fix with a large fleet.
         #expect(stored.count * 3 < JSONCoding.foundation(row).count, "\(stored.count) bytes")
+    }
+
+    /// Version 1 kept no Doppler flag on an outlier: its rows still read,
+    /// their outliers as with Doppler (the longer recovery window).
+    @Test func aVersion1RowReadsItsOutliersAsDoppler() throws {
+        var row = FilterRow()
+        try Self.drive("munich-drive.jsonl", .balanced) { i, current in if i == 300 { row = current } }
+        row.state.kalman.outliers = [.init(x: 1, y: 2, timeMs: 3, accuracyM: 4, doppler: false)]
+        let withFlag = row.stored
+        row.state.kalman.outliers[0].doppler = true
+        // The one byte the flag changes is where version 1 had none.
+        let flag = try #require(zip(withFlag, row.stored).enumerated().first { $1.0 != $1.1 }?.offset)
+        var version1 = withFlag
+        version1.remove(at: flag)
+        #expect(version1[1] == UInt8(FilterRow.binaryVersion))
+        version1[1] = 1
+        let (read, restarted) = try FilterRow.restored(from: Data(version1), using: JSONCoding.decoder)
+        #expect(!restarted && read == row)
     }
 
     /// Every stored type's fields, as the binary form writes them. A field
@@ -111,7 +129,7 @@ import Testing
             (KalmanState(), ["phase", "noise", "outliers"]),
             (KalmanState.Track(frame: frame, east: axis, north: axis, timeMs: 0), ["frame", "east", "north", "timeMs"]),
             (NoiseCorrelation(), ["products", "squares", "weight", "lastEast", "lastNorth", "lastMs"]),
-            (DeviceFilterState.OutlierFix(x: 0, y: 0, timeMs: 0, accuracyM: 0), ["x", "y", "timeMs", "accuracyM"]),
+            (DeviceFilterState.OutlierFix(x: 0, y: 0, timeMs: 0, accuracyM: 0), ["x", "y", "timeMs", "accuracyM", "doppler"]),
             (OrderingState(), ["newestMs", "reportIntervalMs", "newestReceivedMs", "previousPosition"]),
             (DeviceFilterState.Position(latitude: 0, longitude: 0), ["latitude", "longitude"]),
             (StopState(), ["externalMotion", "departedMs", "anchor", "leavingCount", "trend", "standingRun", "standingMs"]),

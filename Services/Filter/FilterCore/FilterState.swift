@@ -40,6 +40,20 @@ public struct DeviceFilterState: Sendable, Equatable {
     }
     public struct OutlierFix: Codable, Sendable, Equatable {
         public var x: Double, y: Double, timeMs: Int64, accuracyM: Double
+        /// Whether the fix had a Doppler speed: a run with one waits the
+        /// longer recovery window. Rows saved before it was kept read true.
+        public var doppler: Bool
+
+        public init(x: Double, y: Double, timeMs: Int64, accuracyM: Double, doppler: Bool = true) {
+            (self.x, self.y, self.timeMs, self.accuracyM, self.doppler) = (x, y, timeMs, accuracyM, doppler)
+        }
+
+        public init(from decoder: any Decoder) throws {
+            let c = try decoder.container(keyedBy: CodingKeys.self)
+            self.init(x: try c.decode(Double.self, forKey: .x), y: try c.decode(Double.self, forKey: .y),
+                      timeMs: try c.decode(Int64.self, forKey: .timeMs), accuracyM: try c.decode(Double.self, forKey: .accuracyM),
+                      doppler: try c.decodeIfPresent(Bool.self, forKey: .doppler) ?? true)
+        }
     }
     public struct Position: Codable, Sendable, Equatable {
         public var latitude: Double, longitude: Double
@@ -162,7 +176,7 @@ public struct LookAheadState: Codable, Sendable, Equatable {
 /// The smoother's part (`Smoothing.swift`).
 public struct SmoothingState: Codable, Sendable, Equatable {
     /// Fixes without Doppler judged but not yet published: they come out
-    /// smoothed, `smoothingLagMs` later.
+    /// smoothed, the lag (`lagMs`) later.
     public var waiting: [Lagging] = []
 
     public init() {}

@@ -33,24 +33,34 @@ extension FilterCore {
     /// lost the device (a real jump, a long tunnel): restart on them. Nil
     /// (the fix noted among the outliers) while they do not. They must agree
     /// for longer than a multipath burst lasts: the run keeps its newest
-    /// outliers that span `recoveryMs(fix)` (at least `reinitializeAfter`,
-    /// at most `dopplerRunLimit`). Fixes the filter took that the run shows
-    /// were off, still waiting in the smoothing lag, are taken back.
+    /// outliers that span `dopplerRecoveryMs` (at least `reinitializeAfter`,
+    /// at most `dopplerRunLimit`), and restarts the filter once they span
+    /// that; a run without a Doppler speed in it once its newest span
+    /// `recoveryMs`. Fixes the filter took that the run shows were off,
+    /// still waiting in the smoothing lag, are taken back
+    /// (`takeBackWhatTheRunDenies`).
     func recover(_ fix: FilterInput, _ judging: Judging, x: Double, y: Double, state: inout DeviceFilterState) -> Placement? {
-        let windowMs = Self.recoveryMs(fix)
-        state.kalman.outliers.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: judging.accuracy))
-        while state.kalman.outliers.count > profile.reinitializeAfter,
-              state.kalman.outliers[1].timeMs <= fix.timeMs - windowMs {
-            state.kalman.outliers.removeFirst()
-        }
+        state.kalman.outliers.append(.init(x: x, y: y, timeMs: fix.timeMs, accuracyM: judging.accuracy, doppler: fix.speedMps != nil))
+        state.kalman.outliers.removeFirst(newestStart(state.kalman.outliers[...], spanning: Self.dopplerRecoveryMs, at: fix.timeMs))
         if state.kalman.outliers.count > Self.dopplerRunLimit {
             state.kalman.outliers.removeFirst(state.kalman.outliers.count - Self.dopplerRunLimit)
         }
-        let run = state.kalman.outliers
-        guard run.count >= profile.reinitializeAfter, run[run.count - 1].timeMs - run[0].timeMs >= windowMs,
-              agree(run[...], state) else { return nil }
-        takeBackWhatTheRunDenies(run[0], state: &state)
+        var run = state.kalman.outliers[...]
+        // A fix with Doppler anywhere in the run: the filter may be riding a burst out on it.
+        let windowMs = run.contains(where: \.doppler) ? Self.dopplerRecoveryMs : Self.recoveryMs
+        run = run[newestStart(run, spanning: windowMs, at: fix.timeMs)...]
+        guard run.count >= profile.reinitializeAfter, run[run.endIndex - 1].timeMs - run[run.startIndex].timeMs >= windowMs,
+              agree(run, state) else { return nil }
+        takeBackWhatTheRunDenies(run[run.startIndex], state: &state)
         return startFilter(fix, judging, state: &state)
+    }
+
+    /// Where a run's newest outliers spanning `windowMs` at `nowMs` begin,
+    /// keeping at least `reinitializeAfter` of them.
+    func newestStart(_ run: ArraySlice<DeviceFilterState.OutlierFix>, spanning windowMs: Int64, at nowMs: Int64) -> Int {
+        var start = run.startIndex
+        while run.endIndex - start > profile.reinitializeAfter, run[start + 1].timeMs <= nowMs - windowMs { start += 1 }
+        return start
     }
 
     /// Whether each fix of a run could be reached from the one before.
@@ -61,39 +71,23 @@ extension FilterCore {
     }
 
     /// How long outliers in a row must agree before the filter restarts on
-    /// them: longer than a phone's multipath burst (seconds; 3–8 s in the
-    /// sweep's phone). With a Doppler speed 10 s: the filter rides a burst
-    /// out on its velocities (see `deadReckon`). Without, 7 s: inside the
-    /// smoothing lag, so a reflection the filter took a few seconds before
-    /// the run began still waits to be taken back. Before, five outliers
-    /// over 6 s (which fixes a second apart never span) left a filter that
-    /// took a reflection at 1 Hz on it until its widening prediction took a
-    /// true fix (40 s on one seed of the sweep's phone). A hundred seeds at
-    /// 1 Hz without Doppler: jumps through 123 → 107 (phone), 59 → 45 (good
-    /// phone), 146 → 124 (5 % jumps); clean fixes refused 763 → 431,
-    /// 537 → 263, 1,350 → 971; the phone's worst odometer 13.3 → 8.1 %.
-    /// 6 s and 8 s did less (the good phone's RMSE 0.947 and 0.948 × the
-    /// clean noise against 0.922).
-    static func recoveryMs(_ fix: FilterInput) -> Int64 { fix.speedMps == nil ? 7_000 : dopplerRecoveryMs }
+    /// them. Longer than most of a phone's multipath bursts (seconds; 3–8 s
+    /// in the sweep's phone): with a Doppler speed in the run 10 s, as the
+    /// filter rides a burst out on its velocities (see `deadReckon`);
+    /// without, 7 s, inside the default 10 s smoothing lag, so a reflection
+    /// the filter took a few seconds before the run began still waits to be
+    /// taken back. An 8 s burst at 1 Hz spans 7 s and can restart the filter
+    /// on itself; the filter comes back once the road's fixes have agreed
+    /// for 7 s. Before, five outliers over 6 s (which fixes a second apart
+    /// never span) left a filter that took a reflection at 1 Hz on it until
+    /// its widening prediction took a true fix (40 s on one seed of the
+    /// sweep's phone). A hundred seeds at 1 Hz without Doppler: jumps
+    /// through 123 → 107 (phone), 59 → 45 (good phone), 146 → 124 (5 %
+    /// jumps); clean fixes refused 763 → 431, 537 → 263, 1,350 → 971; the
+    /// phone's worst odometer 13.3 → 8.1 %. 6 s and 8 s did less (the good
+    /// phone's RMSE 0.947 and 0.948 × the clean noise against 0.922).
+    static let recoveryMs: Int64 = 7_000
     static let dopplerRecoveryMs: Int64 = 10_000
-
-    /// A run of outliers that agree says where the device was from `first`
-    /// on: a fix still waiting in the smoothing lag that it could not have
-    /// driven from to there was off (the reflection the filter took before
-    /// it lost the device), and is rejected for its implied speed instead
-    /// of published.
-    func takeBackWhatTheRunDenies(_ first: DeviceFilterState.OutlierFix, state: inout DeviceFilterState) {
-        guard let frame = state.kalman.frame else { return }
-        for index in state.smoothing.waiting.indices {
-            let entry = state.smoothing.waiting[index]
-            guard entry.verdict.step != nil, entry.fix.timeMs < first.timeMs else { continue }
-            let (x, y) = entry.fix.local(frame)
-            let speed = Self.impliedSpeed(hypot(first.x - x, first.y - y), accuracies: Accuracy.meters(entry.fix.accuracyM), first.accuracyM,
-                                          elapsedMs: first.timeMs - entry.fix.timeMs)
-            guard speed > maxSpeed(state) else { continue }
-            state.smoothing.waiting[index].verdict = reject(entry.fix, .impliedSpeed, state: state, measured: speed, limit: maxSpeed(state))
-        }
-    }
 
     /// The most outliers a run keeps (a bound on the device's row): 10 s of
     /// them from a device reporting up to 12 times a second.

@@ -196,9 +196,17 @@ extension FilterCore {
     /// interval late at most, within the look-ahead (a device reporting less
     /// often would not send it in time).
     func lagWaitMs(_ state: DeviceFilterState) -> Int64 {
-        guard profile.lookAhead, let interval = state.ordering.reportIntervalMs,
-              interval >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return profile.smoothingLagMs }
+        guard let interval = sparseIntervalMs(state) else { return profile.smoothingLagMs }
         return max(profile.smoothingLagMs, min(profile.lookAheadMs, interval * 3 / 2))
+    }
+
+    /// The interval of a device that reports sparsely (`reportsSparsely`)
+    /// but within the look-ahead, whose next fix is worth waiting for; nil
+    /// for any other, or with the look-ahead off.
+    func sparseIntervalMs(_ state: DeviceFilterState) -> Int64? {
+        guard profile.lookAhead, let interval = state.ordering.reportIntervalMs,
+              interval >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return nil }
+        return interval
     }
 
     /// A sparse fix the filter would accept, whose next fix is due within the

@@ -33,7 +33,8 @@ public struct FilterProfile: Sendable, Equatable {
     /// held fix with the next.
     public var lookAheadFixes = 2
     /// How long a fix without Doppler speed waits for later fixes to smooth
-    /// its point (fix time, ms; see `Smoothing.swift`); 0 places it at once.
+    /// its point (fix time, ms; from a sparse device at least two of its
+    /// intervals, see `Smoothing.swift`); 0 places it at once.
     public var smoothingLagMs: Int64 = 10_000
 
     public static func named(_ name: Name) -> FilterProfile {

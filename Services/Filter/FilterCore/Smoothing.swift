@@ -37,10 +37,12 @@ public struct Lagging: Codable, Sendable, Equatable {
 /// positions alone, so each estimate carries much of its fix's noise (a
 /// zig-zag that makes the line ~10 % long at 1 Hz) and lags in turns. A
 /// fixed-lag Rauch–Tung–Striebel smoother runs the filter back over the
-/// `smoothingLagMs` of fixes after each one before placing its point: the
-/// later fixes say where it really was. Gates are still decided by the
-/// forward filter as each fix comes; only the point's place, and with it
-/// `min_spacing`, waits. Every verdict keeps its fix's order and time.
+/// lag's fixes after each one (`lagMs`: the profile's `smoothingLagMs`, or
+/// two intervals of a sparse device) before placing its point: the later
+/// fixes say where it really was. Gates are still decided by the forward
+/// filter as each fix comes; only the point's place, and with it
+/// `min_spacing`, waits, but for a fix a restart takes back
+/// (`takeBackWhatTheRunDenies`). Every verdict keeps its fix's order and time.
 extension FilterCore {
     /// Whether this fix's verdict waits in the lag. One with Doppler is
     /// published at once, after whatever still waits.
@@ -71,9 +73,32 @@ extension FilterCore {
     /// least two of its intervals, so each point is smoothed with the two
     /// fixes after it, not only the next.
     func lagMs(_ state: DeviceFilterState) -> Int64 {
-        guard profile.smoothingLagMs > 0, reportsSparsely(state), let interval = state.ordering.reportIntervalMs,
-              interval <= profile.lookAheadMs else { return profile.smoothingLagMs }
+        guard profile.smoothingLagMs > 0, let interval = sparseIntervalMs(state) else { return profile.smoothingLagMs }
         return max(profile.smoothingLagMs, 2 * interval)
+    }
+
+    /// A run of outliers that agree and restart the filter says where the
+    /// device was from `first` on. A fix still waiting in the lag from which
+    /// the device could not have reached `first` was off (the reflection
+    /// the filter took before it lost the device): it is rejected as
+    /// `implied_speed`, `measured` the speed to `first`, instead of
+    /// published, and keeps the estimate it was judged with. Only what
+    /// still waits: with a lag shorter than `recoveryMs`, or a fix with
+    /// Doppler (published at once), nothing is taken back.
+    func takeBackWhatTheRunDenies(_ first: DeviceFilterState.OutlierFix, state: inout DeviceFilterState) {
+        guard let frame = state.kalman.frame else { return }
+        let limit = maxSpeed(state)
+        for index in state.smoothing.waiting.indices {
+            let entry = state.smoothing.waiting[index]
+            guard entry.verdict.step != nil, entry.fix.timeMs < first.timeMs else { continue }
+            let (x, y) = entry.fix.local(frame)
+            let speed = Self.impliedSpeed(hypot(first.x - x, first.y - y), accuracies: Accuracy.meters(entry.fix.accuracyM), first.accuracyM,
+                                          elapsedMs: first.timeMs - entry.fix.timeMs)
+            guard speed > limit else { continue }
+            var verdict = reject(entry.fix, .impliedSpeed, state: state, measured: speed, limit: limit)
+            verdict.decision.estimate = entry.verdict.decision.estimate
+            state.smoothing.waiting[index].verdict = verdict
+        }
     }
 
     /// Publishes the waiting fixes older than `beforeMs`, each placed by the

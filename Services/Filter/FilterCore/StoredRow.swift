@@ -16,8 +16,10 @@ import Model
 extension FilterRow {
     /// First byte of the binary form; a JSON row starts with `{`.
     static let binaryMagic: UInt8 = 0xF1
-    /// The version this release writes.
-    public static let binaryVersion: UInt64 = 1
+    /// The version this release writes. 2: an outlier keeps whether it had Doppler.
+    public static let binaryVersion: UInt64 = 2
+    /// The versions this release reads.
+    static let readableVersions: ClosedRange<UInt64> = 1...2
 
     public var stored: [UInt8] {
         var w = BinaryWriter(capacity: 4_096)
@@ -36,12 +38,13 @@ extension FilterRow {
         var r = BinaryReader(Array(data), from: 1)
         let version = try r.varint()
         let newestMs: Int64? = try r.read(), meters: Double = try r.read()
-        guard version == binaryVersion else {
+        guard readableVersions.contains(version) else {
             var state = DeviceFilterState()
             state.ordering.newestMs = newestMs
             state.odometer.meters = meters
             return (FilterRow(state: state), true)
         }
+        r.formatVersion = version
         var row = FilterRow(rejections: try r.read())
         row.arrivedMs = try r.read()
         row.state = try r.read()
@@ -110,9 +113,11 @@ extension NoiseCorrelation: BinaryStorable {
 }
 
 extension DeviceFilterState.OutlierFix: BinaryStorable {
-    public func write(to w: inout BinaryWriter) { w.write(x, y, timeMs, accuracyM) }
+    public func write(to w: inout BinaryWriter) { w.write(x, y, timeMs, accuracyM, doppler) }
     public init(from r: inout BinaryReader) throws {
         self.init(x: try r.read(), y: try r.read(), timeMs: try r.read(), accuracyM: try r.read())
+        // Version 1 did not keep it.
+        if r.formatVersion >= 2 { doppler = try r.read() }
     }
 }
 
