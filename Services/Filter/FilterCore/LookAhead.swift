@@ -165,7 +165,8 @@ extension FilterCore {
     private func judgeLast(_ held: FilterInput, state: inout DeviceFilterState) -> Verdict {
         var through = state
         let verdict = assess(held, state: &through, alone: true)
-        guard verdict.taken, held.speedMps == nil,
+        // A restart (no step) is the run of outliers before it agreeing, not a lone fix.
+        guard verdict.step != nil, held.speedMps == nil,
               let jump = jumpProbability(held, later: [], state: state, alone: true), jump > 0.5 else {
             state = through
             return verdict
