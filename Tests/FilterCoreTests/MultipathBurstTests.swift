@@ -29,13 +29,18 @@ import Testing
         return Dictionary(uniqueKeysWithValues: FilterCore().judgeRecording(fixes, state: &state).map { ($0.fix.seq, $0.verdict) })
     }
 
+    /// Whether fix `i` (from 0) of the verdicts' recording was accepted.
+    func accepted(_ judged: [Int64: Verdict]) -> (Int) -> Bool {
+        { judged[Int64($0 + 1)]?.decision.accepted == true }
+    }
+
     /// Eight seconds of fixes 60 m off the road. Judged against a prediction
     /// that widened with every second since the last fix taken, the last two
     /// got in, and the six road fixes after them were outliers in turn.
     @Test func aBurstIsRiddenOutOnTheDoppler() {
         let burst = 30..<38
         let judged = verdicts(eastbound(60) { burst.contains($0) ? 60 : 0 })
-        let taken = { (i: Int) in judged[Int64(i + 1)]?.decision.accepted == true }
+        let taken = accepted(judged)
         #expect(burst.filter(taken).isEmpty, "burst fixes taken: \(burst.filter(taken))")
         #expect((38..<60).allSatisfy(taken), "road fixes refused after the burst: \((38..<60).filter { !taken($0) })")
         // Through the burst the filter's estimate stays on the road.
@@ -51,7 +56,7 @@ import Testing
     @Test func aBurstIsRiddenOutOnTheDopplerEveryFiveSeconds() {
         let burst = 20..<23
         let judged = verdicts(eastbound(40, every: 5) { burst.contains($0) ? 120 : 0 })
-        let taken = { (i: Int) in judged[Int64(i + 1)]?.decision.accepted == true }
+        let taken = accepted(judged)
         #expect(burst.filter(taken).isEmpty, "burst fixes taken: \(burst.filter(taken))")
         #expect((23..<40).allSatisfy(taken), "road fixes refused after the burst: \((23..<40).filter { !taken($0) })")
     }
@@ -88,7 +93,7 @@ import Testing
     @Test func aBurstAmongFixesWithoutSpeedIsRiddenOut() {
         let burst = 32..<40
         let judged = verdicts(eastbound(60, speedlessEvery: 5) { burst.contains($0) ? 60 : 0 })
-        let taken = { (i: Int) in judged[Int64(i + 1)]?.decision.accepted == true }
+        let taken = accepted(judged)
         #expect(burst.filter(taken).isEmpty, "burst fixes taken: \(burst.filter(taken))")
         #expect((40..<60).allSatisfy(taken), "road fixes refused after the burst: \((40..<60).filter { !taken($0) })")
     }

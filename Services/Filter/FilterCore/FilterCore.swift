@@ -89,8 +89,13 @@ public struct FilterCore: Sendable {
 
     func reject(_ fix: FilterInput, _ reason: RejectReason, state: DeviceFilterState,
                 measured: Double? = nil, limit: Double? = nil) -> Verdict {
+        reject(fix, reason, estimate: estimate(state), measured: measured, limit: limit)
+    }
+
+    /// A rejection whose decision carries `estimate` rather than the filter's current one.
+    func reject(_ fix: FilterInput, _ reason: RejectReason, estimate: Estimate?, measured: Double?, limit: Double?) -> Verdict {
         Verdict(decision: Decision(seq: fix.seq, timeMs: fix.timeMs, accepted: false, reason: reason.rawValue,
-                                   estimate: estimate(state), measured: measured, limit: limit),
+                                   estimate: estimate, measured: measured, limit: limit),
                 point: nil, rejection: reason)
     }
 
@@ -144,9 +149,7 @@ public struct FilterCore: Sendable {
             if spacing < minimum {
                 // Where the fix was placed, not the filter's newest estimate:
                 // a smoothed fix is placed a lag after the filter moved on.
-                var verdict = reject(fix, .minSpacing, state: state, measured: spacing, limit: minimum)
-                verdict.decision.estimate = placed.estimate
-                return verdict
+                return reject(fix, .minSpacing, estimate: placed.estimate, measured: spacing, limit: minimum)
             }
         }
         return published(accepted(fix, at: placed), ahead: ahead, state: &state)

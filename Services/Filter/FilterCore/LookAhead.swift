@@ -205,8 +205,8 @@ extension FilterCore {
     /// but within the look-ahead, whose next fix is worth waiting for; nil
     /// for any other, or with the look-ahead off.
     func sparseIntervalMs(_ state: DeviceFilterState) -> Int64? {
-        guard profile.lookAhead, let interval = state.ordering.reportIntervalMs,
-              interval >= Self.lookAheadMinGapMs, interval <= profile.lookAheadMs else { return nil }
+        guard profile.lookAhead, reportsSparsely(state), let interval = state.ordering.reportIntervalMs,
+              interval <= profile.lookAheadMs else { return nil }
         return interval
     }
 

@@ -95,9 +95,8 @@ extension FilterCore {
             let speed = Self.impliedSpeed(hypot(first.x - x, first.y - y), accuracies: Accuracy.meters(entry.fix.accuracyM), first.accuracyM,
                                           elapsedMs: first.timeMs - entry.fix.timeMs)
             guard speed > limit else { continue }
-            var verdict = reject(entry.fix, .impliedSpeed, state: state, measured: speed, limit: limit)
-            verdict.decision.estimate = entry.verdict.decision.estimate
-            state.smoothing.waiting[index].verdict = verdict
+            state.smoothing.waiting[index].verdict = reject(entry.fix, .impliedSpeed, estimate: entry.verdict.decision.estimate,
+                                                            measured: speed, limit: limit)
         }
     }
 

@@ -19,7 +19,7 @@ extension FilterRow {
     /// The version this release writes. 2: an outlier keeps whether it had Doppler.
     public static let binaryVersion: UInt64 = 2
     /// The versions this release reads.
-    static let readableVersions: ClosedRange<UInt64> = 1...2
+    static let readableVersions: ClosedRange<UInt64> = 1...binaryVersion
 
     public var stored: [UInt8] {
         var w = BinaryWriter(capacity: 4_096)
