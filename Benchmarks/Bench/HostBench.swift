@@ -44,12 +44,20 @@ enum HostBench {
         }
         receive(0..<warmup)
         let loadsBefore = counters.counted("rowLoads")
+        let cpuBefore = ChildProcess.cpu(of: getpid())
         let start = ContinuousClock.now
         receive(warmup..<messages.count)
         let seconds = (ContinuousClock.now - start).seconds
+        let cpuAfter = ChildProcess.cpu(of: getpid())
         let loads = Double(counters.counted("rowLoads") - loadsBefore) / Double(count)
         print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of 400, after two unmeasured rounds; a cache of %d MB; %.2f row loads a message)",
                      Double(count) / seconds, count, devices, budgetMB, loads))
+        // CPU time is steadier than the rate: the disk's pauses do not count.
+        if let cpuBefore, let cpuAfter {
+            print(String(format: "  (CPU: %.1f µs per message, %.1f user + %.1f system)",
+                         (cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system) / Double(count) * 1e6,
+                         (cpuAfter.user - cpuBefore.user) / Double(count) * 1e6, (cpuAfter.system - cpuBefore.system) / Double(count) * 1e6))
+        }
     }
 
     /// The filter's shape: judge, log the judgement (decision and judged point in one row), send the point.
