@@ -466,11 +466,32 @@ import Testing
         #expect(last.verdict.decision.reason == "stationary_drift")
     }
 
+    /// Once the filter runs; the first fix, which starts it, waits for two
+    /// fixes that could have followed it (`comesOutOfSilence`).
     @Test func fixesASecondApartAreJudgedAtOnce() {
         let fixes = northbound(every: 1, count: 30)
         let (due, _) = run(fixes)
-        for (i, verdicts) in due.dropLast().enumerated() { #expect(verdicts.map { $0.fix.seq } == [Int64(i + 1)]) }
+        #expect(due[0].isEmpty && due[1].isEmpty)
+        #expect(due[2].map { $0.fix.seq } == [1, 2, 3])
+        for (i, verdicts) in due.dropLast().enumerated().dropFirst(3) { #expect(verdicts.map { $0.fix.seq } == [Int64(i + 1)]) }
         #expect(due.last!.isEmpty)
+    }
+
+    /// A reflection as the first fix a device sends started the filter
+    /// there, and the road's fixes were refused until they had disagreed
+    /// with it for 10 s. Now it waits for the fixes after it: three that
+    /// agree with each other and not with it, over a burst's length, make
+    /// it a jump; with a Doppler velocity or without.
+    @Test(arguments: [true, false])
+    func aReflectionAsTheFirstFixIsRefused(doppler: Bool) {
+        var fixes = northbound(every: 1, count: 30)
+        if !doppler { fixes = fixes.map { var f = $0; f.speedMps = nil; f.courseDeg = nil; return f } }
+        fixes[0].latitude += 300 / 111_320  // 300 m north of the road
+        let all = run(fixes).all
+        #expect(all.map { $0.fix.seq } == (1...30).map(Int64.init))
+        #expect(all[0].verdict.decision.reason == "isolated_jump")
+        let refused = all.dropFirst().filter { $0.verdict.rejection?.isOutlier == true }.map(\.fix.seq)
+        #expect(refused.isEmpty, "road fixes refused as outliers: \(refused)")
     }
 
     @Test func aHeldFixSurvivesTheStateBeingSaved() throws {

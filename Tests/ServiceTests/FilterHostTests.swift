@@ -19,8 +19,8 @@ import Testing
     let frame = LocalFrame(originLat: 48.1, originLon: 11.5)
     let t0: Int64 = 1_790_000_000_000
 
-    func host() throws -> ServiceHost<FilterRow> {
-        try .inProcess(FilterService.definition(try FilterSettings(.test())), path: database.path, bus: bus, clock: clock)
+    func host(_ settings: [String: JSONValue] = [:]) throws -> ServiceHost<FilterRow> {
+        try .inProcess(FilterService.definition(try FilterSettings(.test(settings))), path: database.path, bus: bus, clock: clock)
     }
 
     func raw(_ seq: Int64, t: Double, y: Double, doppler: Bool = true) -> MQTTMessage {
@@ -71,8 +71,47 @@ import Testing
         filter.receive(raw(3, t: 2, y: 24))  // redelivered: its watermark is kept beside the row
         filter.receive(raw(4, t: 3, y: 36))
         #expect(filter.commit())
-        #expect(pointSeqs() == [4])
         #expect(bus.events().contains { $0.diagnosticCode == "stateSetAside" })
+        // Started over, fix 4 starts the filter again: it waits for fixes to confirm it, or 10 s of silence.
+        #expect(pointSeqs() == [])
+        clock.advance(by: .seconds(10))
+        filter.tick()
+        #expect(filter.commit())
+        #expect(pointSeqs() == [4])
+    }
+
+    /// A device's first fix starts the filter, and a reflection there would
+    /// lead it astray: it waits for the fixes after it (`comesOutOfSilence`),
+    /// but no longer than 10 s of silence, not the look-ahead's 30 s.
+    @Test func aDevicesFirstFixWaitsTenSecondsAtMostForTheFixesThatConfirmIt() throws {
+        let filter = try host()
+        defer { filter.close() }
+        filter.receive(raw(1, t: 0, y: 0))
+        #expect(filter.commit())
+        clock.advance(by: .seconds(9))
+        filter.tick()
+        #expect(filter.commit())
+        #expect(pointSeqs() == [])
+        clock.advance(by: .seconds(1))
+        filter.tick()
+        #expect(filter.commit())
+        #expect(pointSeqs() == [1])
+    }
+
+    /// Fixes waiting on silence are due when what waits now says: a first
+    /// fix without Doppler, confirmed, goes on into the smoothing lag, which
+    /// here waits 5 s where the held fix waited 10. The device's entry in
+    /// the waiting table kept the held fix's time, and the points came late.
+    @Test func whatWaitsIsDueByItsOwnWaitAfterAHeldFixMovesOnIntoTheLag() throws {
+        let filter = try host(["smoothingLagSec": .number(5)])
+        defer { filter.close() }
+        for i in 0..<3 { filter.receive(raw(Int64(i + 1), t: Double(i), y: Double(i) * 12, doppler: false)) }
+        #expect(filter.commit())
+        #expect(pointSeqs() == [])
+        clock.advance(by: .seconds(5))
+        filter.tick()
+        #expect(filter.commit())
+        #expect(pointSeqs() == [1, 2, 3])
     }
 
     @Test func theDecisionsAndTheJudgedFixesOfAnEarlierStoreMoveIntoOneLogAndReadAsTheyWere() throws {

@@ -85,7 +85,7 @@ enum FilterService {
                     }
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
                     // Whatever waits now, or nothing: a row that restarted (a state it could not read) leaves no stale entry.
-                    try noteWaiting(work, before: nil, core: core, store: store)
+                    try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
                 }) : nil,
                 // A point takes its raw fix's seq: a device that starts over numbers nothing of its own.
                 startOver: { _, _ in FilterRow() })
@@ -94,10 +94,10 @@ enum FilterService {
 
     private static func judge(_ raw: RawFix, _ work: Work<FilterRow>, core: FilterCore, store: FilterStore,
                               settings: FilterSettings) throws {
-        let waiting = core.waits(work.row.state)
+        let waitedBefore = core.waitMs(work.row.state)
         work.row.arrivedMs = work.nowMs
         try record(core.handle(raw, row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
-        try noteWaiting(work, before: waiting, core: core, store: store)
+        try noteWaiting(work, waitedBefore: waitedBefore, core: core, store: store)
         work.processed()
         work.lag(receivedMs: raw.receivedMs > 0 ? raw.receivedMs : nil, fixMs: raw.timeMs)
     }
@@ -127,13 +127,14 @@ enum FilterService {
         }
     }
 
-    /// The waiting table notes a device when fixes start waiting and forgets
-    /// it when none do. Untouched while nothing changes (every fix a second
-    /// apart), so it costs no write per fix: the sweep moves the due time on.
-    /// `before`: whether fixes waited before this unit; nil when unknown, then it is written whatever it was.
-    private static func noteWaiting(_ work: Work<FilterRow>, before: Bool?, core: FilterCore, store: FilterStore) throws {
-        let due = core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state)
-        guard (due != nil) != before else { return }
-        try store.noteWaiting(work.device, due: due)
+    /// The waiting table notes a device when fixes start waiting, forgets
+    /// it when none do, and notes it again when they wait a different time
+    /// (a held fix gone on into the smoothing lag, which waits less: left as
+    /// it was, its entry came due late). Untouched while nothing changes
+    /// (every fix a second apart), so it costs no write per fix: the sweep
+    /// moves the due time on. `waitedBefore`: `waitMs` before this unit.
+    private static func noteWaiting(_ work: Work<FilterRow>, waitedBefore: Int64?, core: FilterCore, store: FilterStore) throws {
+        guard core.waitMs(work.row.state) != waitedBefore else { return }
+        try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
     }
 }

@@ -175,19 +175,28 @@ extension FilterCore {
         return reject(held, .isolatedJump, state: state, measured: fit(held, state: state)?.distance, limit: nil)
     }
 
-    /// Whether anything waits for a later fix (held, or in the smoothing lag).
-    public func waits(_ state: DeviceFilterState) -> Bool {
-        !state.lookAhead.held.isEmpty || !state.smoothing.waiting.isEmpty
+    /// How long what waits for a later fix (held, or in the smoothing lag)
+    /// waits on silence (ms); nil when nothing does. See `dueMs`.
+    public func waitMs(_ state: DeviceFilterState) -> Int64? {
+        dueMs(silentSince: 0, state: state)
     }
 
     /// When what waits is published if no fix comes (wall clock, ms), given
     /// when the newest fix arrived; nil when nothing waits. A held fix
-    /// waits the look-ahead, the smoothing lag its own length, or, from a
-    /// sparse device, its next fix (see `lagWaitMs`).
+    /// waits the look-ahead (`heldWaitMs`), the smoothing lag its own
+    /// length, or, from a sparse device, its next fix (see `lagWaitMs`).
     public func dueMs(silentSince arrivedMs: Int64, state: DeviceFilterState) -> Int64? {
-        if !state.lookAhead.held.isEmpty { return arrivedMs + profile.lookAheadMs }
+        if !state.lookAhead.held.isEmpty { return arrivedMs + heldWaitMs(state) }
         if !state.smoothing.waiting.isEmpty { return arrivedMs + lagWaitMs(state) }
         return nil
+    }
+
+    /// How long held fixes wait on silence: the look-ahead; the fix that
+    /// would start the filter (`comesOutOfSilence`) no longer than
+    /// `silenceMs`. The fixes that confirm it come seconds apart, and a new
+    /// device that reports every minute should not show up half a minute late.
+    private func heldWaitMs(_ state: DeviceFilterState) -> Int64 {
+        state.kalman.track == nil ? min(profile.lookAheadMs, Self.silenceMs) : profile.lookAheadMs
     }
 
     /// How long the smoothing lag waits on silence. A device reporting
@@ -227,8 +236,8 @@ extension FilterCore {
         // knows (held, forty seeds every 15 s lost 0.2 % of the odometer).
         // The first fix with Doppler out of a silence, from either kind of
         // device, waits by a rule of its own (`comesOutOfSilence`).
-        guard let track = state.kalman.track, state.stop.externalMotion != .stationary else { return false }
-        if !comesOutOfSilence(fix, state: state) {
+        guard state.stop.externalMotion != .stationary else { return false }
+        if let track = state.kalman.track, !comesOutOfSilence(fix, state: state) {
             let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
             let reportsInTime = interval <= profile.lookAheadMs
                 || (fix.speedMps == nil && state.ordering.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
@@ -318,8 +327,17 @@ extension FilterCore {
     /// between. So it waits for the fixes after it (`resolveAfterSilence`).
     /// Without a Doppler velocity, positions alone cannot tell a jump from a
     /// drive over a burst's seconds.
+    ///
+    /// So does the fix that would start the filter (the device's first, or
+    /// the first since it was lost), with a velocity or without: there is no
+    /// track at all to judge it by, and a reflection taken there held the
+    /// road's fixes off for a recovery's 10 s (a hundred seeds: the one jump
+    /// through at 1 Hz with the default noise, and 10 clean fixes refused).
+    /// It waits `silenceMs` at most (`heldWaitMs`).
     func comesOutOfSilence(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
-        guard profile.lookAhead, DopplerVelocity(fix) != nil, state.kalman.track != nil, let newest = state.ordering.newestMs,
+        guard profile.lookAhead else { return false }
+        if state.kalman.track == nil { return true }
+        guard DopplerVelocity(fix) != nil, let newest = state.ordering.newestMs,
               let interval = state.ordering.reportIntervalMs else { return false }
         let silence = fix.timeMs - newest
         guard reportsSparsely(state) else { return silence >= Self.silenceMs }
@@ -343,21 +361,23 @@ extension FilterCore {
     /// it nor a group of those after it starts a group of its own (a second
     /// reflection must not hide the track). Nil while they leave it open and
     /// it may wait: until the device falls `silent`, or it `waitedBurst`, and
-    /// from a sparse device until three witnesses came too (as many as could
-    /// make it a jump; its fixes are seconds or more apart), or ten fixes.
+    /// from a sparse device, or before the filter started, until three
+    /// witnesses came too (as many as could make it a jump; its fixes may be
+    /// seconds or more apart), or ten fixes.
     ///
     /// A later fix that could follow both the held fix and a group goes to
-    /// the held fix from a device seconds apart, and from a sparse one to
-    /// whichever it fits the closer (`misfit`): tens of seconds after
-    /// the held fix, a fix without a usable velocity could have followed it
-    /// from almost anywhere, and the group's newest fix, an interval before,
-    /// says more.
+    /// the held fix from a device seconds apart, and from a sparse one, or
+    /// before the filter started, to whichever it fits the closer
+    /// (`misfit`): seconds after the held fix, a fix without a usable
+    /// velocity could have followed it from almost anywhere within the top
+    /// speed, and the group's newest fix, an interval before, says more.
     func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], silent: Bool, waitedBurst: Bool,
                              state: inout DeviceFilterState) -> Verdict? {
         let sparse = reportsSparsely(state)
+        let closest = sparse || state.kalman.track == nil
         var through = state
         let verdict = assess(held, state: &through)
-        guard verdict.taken, let frame = state.kalman.frame else {
+        guard verdict.taken, let frame = state.kalman.frame ?? through.kalman.frame else {
             state = through
             return verdict
         }
@@ -370,10 +390,9 @@ extension FilterCore {
             let newestOf = { (g: Int) in groups[g][groups[g].count - 1] }
             let misfit = { (a: FilterInput) in Self.misfit(a, with: next, frame: frame, maxSpeed: limit) }
             let fitting = groups.indices.filter { Self.couldFollow(newestOf($0), with: next, frame: frame, maxSpeed: limit) }
-            // The group it could follow: from a sparse device the one it fits the closest.
-            let g = sparse ? fitting.min { misfit(newestOf($0)) < misfit(newestOf($1)) } : fitting.first
+            let g = closest ? fitting.min { misfit(newestOf($0)) < misfit(newestOf($1)) } : fitting.first
             let fitsHeld = Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit)
-            if fitsHeld, !sparse || g.map({ misfit(held) <= misfit(newestOf($0)) }) ?? true {
+            if fitsHeld, !closest || g.map({ misfit(held) <= misfit(newestOf($0)) }) ?? true {
                 following += 1
                 if following < 2 { continue }
                 state = through
@@ -390,7 +409,7 @@ extension FilterCore {
             // The decision log's measured: the held fix's distance in σ (both fixes') from the first of the group.
             return reject(held, .isolatedJump, state: state, measured: Self.distanceInSigma(held, group[0], frame: frame), limit: nil)
         }
-        let waited = waitedBurst && (!sparse || witnessed >= Self.agreeingAfterSilence)
+        let waited = waitedBurst && (!closest || witnessed >= Self.agreeingAfterSilence)
         guard silent || waited || later.count >= Self.burstFixes else { return nil }
         state = through
         return verdict
