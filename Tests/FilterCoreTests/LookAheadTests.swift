@@ -477,23 +477,6 @@ import Testing
         #expect(due.last!.isEmpty)
     }
 
-    /// A reflection as the first fix a device sends started the filter
-    /// there, and the road's fixes were refused until they had disagreed
-    /// with it for 10 s. Now it waits for the fixes after it: three that
-    /// agree with each other and not with it, over a burst's length, make
-    /// it a jump; with a Doppler velocity or without.
-    @Test(arguments: [true, false])
-    func aReflectionAsTheFirstFixIsRefused(doppler: Bool) {
-        var fixes = northbound(every: 1, count: 30)
-        if !doppler { fixes = fixes.map { var f = $0; f.speedMps = nil; f.courseDeg = nil; return f } }
-        fixes[0].latitude += 300 / 111_320  // 300 m north of the road
-        let all = run(fixes).all
-        #expect(all.map { $0.fix.seq } == (1...30).map(Int64.init))
-        #expect(all[0].verdict.decision.reason == "isolated_jump")
-        let refused = all.dropFirst().filter { $0.verdict.rejection?.isOutlier == true }.map(\.fix.seq)
-        #expect(refused.isEmpty, "road fixes refused as outliers: \(refused)")
-    }
-
     @Test func aHeldFixSurvivesTheStateBeingSaved() throws {
         var state = DeviceFilterState()
         let core = FilterCore()

@@ -359,11 +359,12 @@ extension FilterCore {
     /// length after it (`burstWindowMs`; fewer, a burst right after a true fix was
     /// taken for the track and the fix for the jump). A fix that fits neither
     /// it nor a group of those after it starts a group of its own (a second
-    /// reflection must not hide the track). Nil while they leave it open and
-    /// it may wait: until the device falls `silent`, or it `waitedBurst`, and
-    /// from a sparse device, or before the filter started, until three
-    /// witnesses came too (as many as could make it a jump; its fixes may be
-    /// seconds or more apart), or ten fixes.
+    /// reflection must not hide the track); when the wait ends first, a group
+    /// of as many is enough if no fix at all could have followed it. Nil
+    /// while they leave it open and it may wait: until the device falls
+    /// `silent`, or it `waitedBurst`, and from a sparse device, or before the
+    /// filter started, until three witnesses came too (as many as could make
+    /// it a jump; its fixes may be seconds or more apart), or ten fixes.
     ///
     /// A later fix that could follow both the held fix and a group goes to
     /// the held fix from a device seconds apart, and from a sparse one, or
@@ -405,14 +406,22 @@ extension FilterCore {
             groups[g].append(next)
             let group = groups[g]
             guard group.count >= Self.agreeingAfterSilence, next.timeMs - held.timeMs >= Self.burstWindowMs else { continue }
+            return jump(against: group)
+        }
+        let waited = waitedBurst && (!closest || witnessed >= Self.agreeingAfterSilence)
+        guard silent || waited || later.count >= Self.burstFixes else { return nil }
+        // Out of time before a burst's length, and not one fix could have followed it.
+        if following == 0, let group = groups.max(by: { $0.count < $1.count }), group.count >= Self.agreeingAfterSilence {
+            return jump(against: group)
+        }
+        state = through
+        return verdict
+
+        func jump(against group: [FilterInput]) -> Verdict {
             state = skipping(held, state)
             // The decision log's measured: the held fix's distance in σ (both fixes') from the first of the group.
             return reject(held, .isolatedJump, state: state, measured: Self.distanceInSigma(held, group[0], frame: frame), limit: nil)
         }
-        let waited = waitedBurst && (!closest || witnessed >= Self.agreeingAfterSilence)
-        guard silent || waited || later.count >= Self.burstFixes else { return nil }
-        state = through
-        return verdict
     }
 
     /// Whether `fix`, after `previous`, passes the gates before the prediction:
