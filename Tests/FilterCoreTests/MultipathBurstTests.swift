@@ -97,6 +97,7 @@ import Testing
     func aReflectionAsTheFirstFixIsRefused(perSecond: Int, speedlessEvery: Int?) {
         let count = 40 * perSecond
         let judged = verdicts(eastbound(count, perSecond: perSecond, speedlessEvery: speedlessEvery) { $0 == 0 ? 200 : 0 })
+        #expect(judged.count == count)
         #expect(judged[1]?.decision.reason == "isolated_jump")
         let refused = (1..<count).filter { judged[Int64($0 + 1)]?.rejection?.isOutlier == true }
         #expect(refused.isEmpty, "road fixes refused as outliers: \(refused)")

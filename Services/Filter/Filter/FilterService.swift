@@ -128,13 +128,17 @@ enum FilterService {
     }
 
     /// The waiting table notes a device when fixes start waiting, forgets
-    /// it when none do, and notes it again when they wait a different time
-    /// (a held fix gone on into the smoothing lag, which waits less: left as
-    /// it was, its entry came due late). Untouched while nothing changes
-    /// (every fix a second apart), so it costs no write per fix: the sweep
-    /// moves the due time on. `waitedBefore`: `waitMs` before this unit.
+    /// it when none do, and notes it again when they come to wait less (a
+    /// held fix gone on into the smoothing lag: left as it was, its entry
+    /// came due late). Otherwise untouched, so it costs no write per fix (a
+    /// sparse device's wait follows its interval): an entry that comes due
+    /// early is moved on by the sweep. `waitedBefore`: `waitMs` before this unit.
     private static func noteWaiting(_ work: Work<FilterRow>, waitedBefore: Int64?, core: FilterCore, store: FilterStore) throws {
-        guard core.waitMs(work.row.state) != waitedBefore else { return }
-        try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
+        let wait = core.waitMs(work.row.state)
+        switch (waitedBefore, wait) {
+        case (nil, nil): return
+        case (let before?, let now?) where now >= before: return
+        default: try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
+        }
     }
 }

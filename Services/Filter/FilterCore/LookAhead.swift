@@ -220,7 +220,9 @@ extension FilterCore {
     }
 
     /// A sparse fix the filter would accept, whose next fix is due within the
-    /// look-ahead (a device that reports less often gains nothing by waiting).
+    /// look-ahead (a device that reports less often gains nothing by waiting),
+    /// or one that comes out of a silence or would start the filter
+    /// (`comesOutOfSilence`).
     private func waitsForNext(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         // Sparse: far from the filter's last update. Worth waiting: the device
         // reports at least every `lookAheadMs`, so the next fix is due in
@@ -235,7 +237,8 @@ extension FilterCore {
         // taken), nor a fix with Doppler, whose velocity the gate already
         // knows (held, forty seeds every 15 s lost 0.2 % of the odometer).
         // The first fix with Doppler out of a silence, from either kind of
-        // device, waits by a rule of its own (`comesOutOfSilence`).
+        // device, and a device's first fix wait by a rule of their own
+        // (`comesOutOfSilence`); none does while the device says it stands.
         guard state.stop.externalMotion != .stationary else { return false }
         if let track = state.kalman.track, !comesOutOfSilence(fix, state: state) {
             let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
@@ -328,9 +331,8 @@ extension FilterCore {
     /// Without a Doppler velocity, positions alone cannot tell a jump from a
     /// drive over a burst's seconds.
     ///
-    /// So does the fix that would start the filter (the device's first, or
-    /// the first since it was lost), with a velocity or without: there is no
-    /// track at all to judge it by, and a reflection taken there held the
+    /// So does the fix that would start the filter (a device's first), with
+    /// a velocity or without: there is no track at all to judge it by, and a reflection taken there held the
     /// road's fixes off for a recovery's 10 s (a hundred seeds: the one jump
     /// through at 1 Hz with the default noise, and 10 clean fixes refused).
     /// It waits `silenceMs` at most (`heldWaitMs`).
@@ -360,7 +362,7 @@ extension FilterCore {
     /// taken for the track and the fix for the jump). A fix that fits neither
     /// it nor a group of those after it starts a group of its own (a second
     /// reflection must not hide the track); when the wait ends first, a group
-    /// of as many is enough if no fix at all could have followed it. Nil
+    /// of as many is enough if no fix at all was counted for it. Nil
     /// while they leave it open and it may wait: until the device falls
     /// `silent`, or it `waitedBurst`, and from a sparse device, or before the
     /// filter started, until three witnesses came too (as many as could make
@@ -410,7 +412,7 @@ extension FilterCore {
         }
         let waited = waitedBurst && (!closest || witnessed >= Self.agreeingAfterSilence)
         guard silent || waited || later.count >= Self.burstFixes else { return nil }
-        // Out of time before a burst's length, and not one fix could have followed it.
+        // Out of time before a burst's length, and not one fix was counted for it.
         if following == 0, let group = groups.max(by: { $0.count < $1.count }), group.count >= Self.agreeingAfterSilence {
             return jump(against: group)
         }
