@@ -25,8 +25,15 @@ public final class Database {
     /// The page cache a store gets unless told (`sqliteCacheMB`'s default).
     public static let defaultCacheKB = 3_000
 
+    /// SQLite counts every allocation under a process-wide mutex unless told
+    /// not to, before its first connection: nothing here reads the counts,
+    /// and the lock came to about 1 % of a service's CPU. (A process that
+    /// opened SQLite first keeps them; the call then fails, harmlessly.)
+    private static let memoryStatisticsOff: Void = { _ = tracker_sqlite3_config_memstatus(0) }()
+
     /// `logger` says what goes wrong in the background (a checkpoint that failed).
     public init(path: String, readOnly: Bool = false, cacheKB: Int = defaultCacheKB, logger: Logger = Logger(label: "store")) throws {
+        _ = Self.memoryStatisticsOff
         var db: OpaquePointer?
         // Created 0600 by us, not 0644 by SQLite: the -wal and -shm files take the
         // database's own mode, and a store may hold secrets (the uploader's headers).
