@@ -54,9 +54,7 @@ enum HostBench {
                      Double(count) / seconds, count, devices, budgetMB, loads))
         // CPU time is steadier than the rate: the disk's pauses do not count.
         if let cpuBefore, let cpuAfter {
-            print(String(format: "  (CPU: %.1f µs per message, %.1f user + %.1f system)",
-                         (cpuAfter.user + cpuAfter.system - cpuBefore.user - cpuBefore.system) / Double(count) * 1e6,
-                         (cpuAfter.user - cpuBefore.user) / Double(count) * 1e6, (cpuAfter.system - cpuBefore.system) / Double(count) * 1e6))
+            Throughput.printCPU(user: cpuAfter.user - cpuBefore.user, system: cpuAfter.system - cpuBefore.system, messages: count)
         }
     }
 

@@ -200,8 +200,13 @@ enum Throughput {
     /// from /proc): what the service costs, apart from the broker's share.
     static func printCPU(_ service: ServiceHarness, messages: Int) {
         guard let cpu = service.process?.cpu else { return }
+        printCPU(user: cpu.user, system: cpu.system, messages: messages)
+    }
+
+    /// CPU seconds spent on `messages` messages, per message.
+    static func printCPU(user: Double, system: Double, messages: Int) {
         print(String(format: "  (CPU: %.1f µs per message, %.1f user + %.1f system)",
-                     (cpu.user + cpu.system) / Double(messages) * 1e6, cpu.user / Double(messages) * 1e6, cpu.system / Double(messages) * 1e6))
+                     (user + system) / Double(messages) * 1e6, user / Double(messages) * 1e6, system / Double(messages) * 1e6))
     }
 
     /// FilterCore alone on one core: judgments per second over the noisy drive.

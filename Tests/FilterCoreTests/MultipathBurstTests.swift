@@ -70,10 +70,15 @@ import Testing
     /// came back).
     @Test(arguments: [1, 2])
     func aFilterStartedOnAReflectionFindsTheRoadAfterTenSeconds(perSecond: Int) {
-        let count = 40 * perSecond
-        let judged = verdicts(eastbound(count, perSecond: perSecond) { $0 == 0 ? 200 : 0 }, core: .named(lookAheadMs: 0))
+        let (count, judged) = reflectionAtTheStart(perSecond: perSecond, core: .named(lookAheadMs: 0))
         let refused = (1..<count).filter { judged[Int64($0 + 1)]?.decision.accepted != true }
         #expect(refused == Array(1...(10 * perSecond)), "road fixes refused: \(refused)")
+    }
+
+    /// Forty seconds eastbound at `perSecond`, the first fix 200 m north of the road.
+    func reflectionAtTheStart(perSecond: Int, speedlessEvery: Int? = nil, core: FilterCore = FilterCore()) -> (count: Int, judged: [Int64: Verdict]) {
+        let count = 40 * perSecond
+        return (count, verdicts(eastbound(count, perSecond: perSecond, speedlessEvery: speedlessEvery) { $0 == 0 ? 200 : 0 }, core: core))
     }
 
     /// The same with every fifth fix without a speed. Such a fix once cut
@@ -82,8 +87,7 @@ import Testing
     /// and the road never came back.
     @Test(arguments: [1, 2])
     func fixesWithoutSpeedAmongThemDoNotKeepItLost(perSecond: Int) {
-        let count = 40 * perSecond
-        let judged = verdicts(eastbound(count, perSecond: perSecond, speedlessEvery: 5) { $0 == 0 ? 200 : 0 }, core: .named(lookAheadMs: 0))
+        let (count, judged) = reflectionAtTheStart(perSecond: perSecond, speedlessEvery: 5, core: .named(lookAheadMs: 0))
         let refused = (1..<count).filter { judged[Int64($0 + 1)]?.decision.accepted != true }
         #expect(!refused.isEmpty && refused.allSatisfy { $0 <= 11 * perSecond }, "road fixes refused: \(refused)")
     }
@@ -95,8 +99,7 @@ import Testing
     /// for 10 s). With Doppler, every fifth fix without, and none with it.
     @Test(arguments: [(1, nil), (2, nil), (1, 5), (2, 5), (1, 1), (2, 1)] as [(Int, Int?)])
     func aReflectionAsTheFirstFixIsRefused(perSecond: Int, speedlessEvery: Int?) {
-        let count = 40 * perSecond
-        let judged = verdicts(eastbound(count, perSecond: perSecond, speedlessEvery: speedlessEvery) { $0 == 0 ? 200 : 0 })
+        let (count, judged) = reflectionAtTheStart(perSecond: perSecond, speedlessEvery: speedlessEvery)
         #expect(judged.count == count)
         #expect(judged[1]?.decision.reason == "isolated_jump")
         let refused = (1..<count).filter { judged[Int64($0 + 1)]?.rejection?.isOutlier == true }

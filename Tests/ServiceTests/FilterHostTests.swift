@@ -35,6 +35,13 @@ import Testing
         bus.decoded(PointMessage.self, topicSuffix: "tracker/van1/points").map(\.point.seq)
     }
 
+    /// `seconds` without a fix: the clock moves on and the sweep runs.
+    func silence(_ seconds: Int, _ filter: ServiceHost<FilterRow>) {
+        clock.advance(by: .seconds(seconds))
+        filter.tick()
+        #expect(filter.commit())
+    }
+
     @Test func aHeldFixIsReleasedByTheNextOrAfterTheLookAhead() throws {
         var filter: ServiceHost<FilterRow>? = try host()
         // A fix every 10 s: each waits for the next.
@@ -44,14 +51,10 @@ import Testing
         // A restart keeps the held fix.
         filter = nil
         filter = try host()
-        clock.advance(by: .seconds(29))
-        filter!.tick()
-        #expect(filter!.commit())
+        silence(29, filter!)
         #expect(pointSeqs() == [1, 2, 3])
         // No fifth fix within the look-ahead: judged alone.
-        clock.advance(by: .seconds(2))
-        filter!.tick()
-        #expect(filter!.commit())
+        silence(2, filter!)
         #expect(pointSeqs() == [1, 2, 3, 4])
     }
 
@@ -74,9 +77,7 @@ import Testing
         #expect(bus.events().contains { $0.diagnosticCode == "stateSetAside" })
         // Started over, fix 4 starts the filter again: it waits for fixes to confirm it, or 10 s of silence.
         #expect(pointSeqs() == [])
-        clock.advance(by: .seconds(10))
-        filter.tick()
-        #expect(filter.commit())
+        silence(10, filter)
         #expect(pointSeqs() == [4])
     }
 
@@ -88,13 +89,9 @@ import Testing
         defer { filter.close() }
         filter.receive(raw(1, t: 0, y: 0))
         #expect(filter.commit())
-        clock.advance(by: .seconds(9))
-        filter.tick()
-        #expect(filter.commit())
+        silence(9, filter)
         #expect(pointSeqs() == [])
-        clock.advance(by: .seconds(1))
-        filter.tick()
-        #expect(filter.commit())
+        silence(1, filter)
         #expect(pointSeqs() == [1])
     }
 
@@ -108,9 +105,7 @@ import Testing
         for i in 0..<3 { filter.receive(raw(Int64(i + 1), t: Double(i), y: Double(i) * 12, doppler: false)) }
         #expect(filter.commit())
         #expect(pointSeqs() == [])
-        clock.advance(by: .seconds(5))
-        filter.tick()
-        #expect(filter.commit())
+        silence(5, filter)
         #expect(pointSeqs() == [1, 2, 3])
     }
 

@@ -85,7 +85,7 @@ enum FilterService {
                     }
                     try record(core.release(row: &work.row, rejectionEvents: settings.rejectionEvents), work, store: store, settings: settings)
                     // Whatever waits now, or nothing: a row that restarted (a state it could not read) leaves no stale entry.
-                    try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
+                    try writeWaiting(work, core: core, store: store)
                 }) : nil,
                 // A point takes its raw fix's seq: a device that starts over numbers nothing of its own.
                 startOver: { _, _ in FilterRow() })
@@ -134,11 +134,15 @@ enum FilterService {
     /// sparse device's wait follows its interval): an entry that comes due
     /// early is moved on by the sweep. `waitedBefore`: `waitMs` before this unit.
     private static func noteWaiting(_ work: Work<FilterRow>, waitedBefore: Int64?, core: FilterCore, store: FilterStore) throws {
-        let wait = core.waitMs(work.row.state)
-        switch (waitedBefore, wait) {
+        switch (waitedBefore, core.waitMs(work.row.state)) {
         case (nil, nil): return
         case (let before?, let now?) where now >= before: return
-        default: try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
+        default: try writeWaiting(work, core: core, store: store)
         }
+    }
+
+    /// Notes when what the device has waiting is due, or forgets it when nothing waits.
+    private static func writeWaiting(_ work: Work<FilterRow>, core: FilterCore, store: FilterStore) throws {
+        try store.noteWaiting(work.device, due: core.dueMs(silentSince: work.row.arrivedMs ?? work.nowMs, state: work.row.state))
     }
 }

@@ -332,9 +332,10 @@ extension FilterCore {
     /// drive over a burst's seconds.
     ///
     /// So does the fix that would start the filter (a device's first), with
-    /// a velocity or without: there is no track at all to judge it by, and a reflection taken there held the
-    /// road's fixes off for a recovery's 10 s (a hundred seeds: the one jump
-    /// through at 1 Hz with the default noise, and 10 clean fixes refused).
+    /// a velocity or without: there is no track at all to judge it by, and a
+    /// reflection taken there held the road's fixes off for a recovery's
+    /// 10 s (a hundred seeds: the one jump through at 1 Hz with the default
+    /// noise, and 10 clean fixes refused).
     /// It waits `silenceMs` at most (`heldWaitMs`).
     func comesOutOfSilence(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         guard profile.lookAhead else { return false }
