@@ -477,6 +477,14 @@ import Testing
         #expect(due.last!.isEmpty)
     }
 
+    /// `lookAheadSec` may be set below the 4 s from which a device counts
+    /// as sparse: a fix without Doppler every 10 s then trapped on a range
+    /// whose bounds were the wrong way round.
+    @Test func aLookAheadShorterThanASparseIntervalJudgesEveryFix() {
+        let fixes = (0..<10).map { bare(Int64($0 + 1), t: Double($0) * 10, x: 0, y: Double($0) * 120) }
+        #expect(run(fixes, core: .named(lookAheadMs: 2_000)).all.map { $0.fix.seq } == (1...10).map(Int64.init))
+    }
+
     @Test func aHeldFixSurvivesTheStateBeingSaved() throws {
         var state = DeviceFilterState()
         let core = FilterCore()

@@ -242,8 +242,7 @@ extension FilterCore {
         guard state.stop.externalMotion != .stationary else { return false }
         if let track = state.kalman.track, !comesOutOfSilence(fix, state: state) {
             let gap = fix.timeMs - track.timeMs, interval = fix.timeMs - (state.ordering.newestMs ?? track.timeMs)
-            let reportsInTime = interval <= profile.lookAheadMs
-                || (fix.speedMps == nil && state.ordering.reportIntervalMs.map { (Self.lookAheadMinGapMs...profile.lookAheadMs).contains($0) } ?? false)
+            let reportsInTime = interval <= profile.lookAheadMs || (fix.speedMps == nil && sparseIntervalMs(state) != nil)
             // Parked too: a sparse fix far from the stop departs at once, so a
             // jump there would be a departure unless the next fix says otherwise.
             guard gap >= Self.lookAheadMinGapMs, reportsInTime else { return false }
