@@ -271,6 +271,38 @@ import Testing
         #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test func aBurstOfThreeReflectionsOutOfATunnelIsRejected() {
+        // The first three fixes out land 350 m east. Taken once two fixes
+        // had followed it, the first went through, and the true fixes after
+        // the burst were refused for a recovery's 10 s.
+        let all = run(outOfATunnel(offsets: [0: 350, 1: 351, 2: 352])).all
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.filter { (21...23).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
+    @Test func aBurstRightAfterTheFirstTrueFixesOutOfATunnelIsNotTheTrack() {
+        // Three true fixes out, then seven reflections 350 m east (a phone's
+        // burst lasts up to 8 s), then the road again. The burst is a burst's
+        // length after the first fix before the road comes back, but it does
+        // not last one itself, and the road then follows the first fix.
+        let offsets = Dictionary(uniqueKeysWithValues: (3...9).map { ($0, 350 + Double($0)) })
+        let all = run(outOfATunnel(offsets: offsets)).all
+        #expect(all.filter { (21...23).contains($0.fix.seq) || $0.fix.seq > 30 }.allSatisfy { $0.verdict.point != nil },
+                "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { (24...30).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil })
+    }
+
+    @Test func aTrueFixThatCouldFollowANearReflectionGoesToTheFixesItFollowsCloser() {
+        // Two reflections 60 m east, then the road. Six seconds on, a true fix
+        // is within what could have followed the first reflection (both
+        // accuracies twice, and the speed's change), and was counted for it:
+        // the reflections were taken. The fixes it follows a second on fit it far closer.
+        let all = run(outOfATunnel(offsets: [0: 60, 1: 61])).all
+        #expect(all.filter { $0.fix.seq == 21 || $0.fix.seq == 22 }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
     @Test func aSecondReflectionDoesNotHideTheTrackFromTheFirst() {
         // The first fix out lands 350 m east, the next 300 m west: a group
         // of its own, which the true fixes after it do not join.
@@ -299,10 +331,10 @@ import Testing
         #expect(all.first { $0.fix.seq == 21 }?.verdict.point != nil)
     }
 
-    @Test func aTrueFirstFixOutOfATunnelIsTakenOnceTwoFixesFollowIt() {
-        // Two true fixes after it: decided with the second, two seconds late.
+    @Test func aTrueFirstFixOutOfATunnelIsTakenOnceThreeFixesFollowIt() {
+        // Three true fixes after it: decided with the third, three seconds late.
         let plain = run(outOfATunnel(offsets: [:])).due
-        #expect(plain[20].isEmpty && plain[21].isEmpty && plain[22].map(\.fix.seq) == [21, 22, 23], "\(plain.map { $0.map(\.fix.seq) })")
+        #expect(plain[20].isEmpty && plain[21].isEmpty && plain[22].isEmpty && plain[23].map(\.fix.seq) == [21, 22, 23, 24], "\(plain.map { $0.map(\.fix.seq) })")
         #expect(plain.flatMap { $0 }.allSatisfy { $0.verdict.point != nil || $0.verdict.rejection?.isOutlier != true })
         // The next two are one reflection, 350 m east: it is taken with the true fixes after them.
         let all = run(outOfATunnel(offsets: [1: 350, 2: 352])).all
@@ -466,14 +498,14 @@ import Testing
         #expect(last.verdict.decision.reason == "stationary_drift")
     }
 
-    /// Once the filter runs; the first fix, which starts it, waits for two
+    /// Once the filter runs; the first fix, which starts it, waits for three
     /// fixes that could have followed it (`comesOutOfSilence`).
     @Test func fixesASecondApartAreJudgedAtOnce() {
         let fixes = northbound(every: 1, count: 30)
         let (due, _) = run(fixes)
-        #expect(due[0].isEmpty && due[1].isEmpty)
-        #expect(due[2].map { $0.fix.seq } == [1, 2, 3])
-        for (i, verdicts) in due.dropLast().enumerated().dropFirst(3) { #expect(verdicts.map { $0.fix.seq } == [Int64(i + 1)]) }
+        #expect(due[0].isEmpty && due[1].isEmpty && due[2].isEmpty)
+        #expect(due[3].map { $0.fix.seq } == [1, 2, 3, 4])
+        for (i, verdicts) in due.dropLast().enumerated().dropFirst(4) { #expect(verdicts.map { $0.fix.seq } == [Int64(i + 1)]) }
         #expect(due.last!.isEmpty)
     }
 
@@ -488,11 +520,11 @@ import Testing
     @Test func aHeldFixSurvivesTheStateBeingSaved() throws {
         var state = DeviceFilterState()
         let core = FilterCore()
-        for f in northbound(count: 3) { _ = core.submit(f, state: &state) }
-        #expect(state.lookAhead.held.first?.seq == 3)
+        for f in northbound(count: 4) { _ = core.submit(f, state: &state) }
+        #expect(state.lookAhead.held.first?.seq == 4)
         var restored = try JSONDecoder().decode(DeviceFilterState.self, from: JSONEncoder().encode(state))
         #expect(restored == state)
-        #expect(core.flush(state: &restored).map { $0.fix.seq } == [3])
+        #expect(core.flush(state: &restored).map { $0.fix.seq } == [4])
         #expect(restored.lookAhead.held.isEmpty)
     }
 

@@ -47,6 +47,8 @@ extension FilterCore {
     /// How many fixes after the first out of a silence must agree with each
     /// other, and not with it, for as long as a burst lasts, to make it a jump.
     static let agreeingAfterSilence = 3
+    /// How many fixes that could have followed the first out of a silence take it.
+    static let followingAfterSilence = 3
     /// A fix's log-likelihood in the jump story: a prior of `jumpPrior`, anywhere within `jumpRadiusM`.
     static var jumpStory: Double { log(jumpPrior) - log(.pi * jumpRadiusM * jumpRadiusM) }
     /// The stories are told with a steady vehicle's process noise, this many
@@ -354,30 +356,28 @@ extension FilterCore {
 
     /// The first fix out of a silence (`comesOutOfSilence`), judged with the
     /// fixes after it, which know where the device is better than the track
-    /// before the silence: taken once two of them could have followed it
-    /// (`couldFollow`; one is not enough where a burst of two reflections
-    /// leaves the tunnel); a jump once `agreeingAfterSilence` of them that
-    /// could each have followed the one before, and not it, reach a burst's
-    /// length after it (`burstWindowMs`; fewer, a burst right after a true fix was
-    /// taken for the track and the fix for the jump). A fix that fits neither
-    /// it nor a group of those after it starts a group of its own (a second
-    /// reflection must not hide the track); when the wait ends first, a group
-    /// of as many is enough if no fix at all was counted for it. Nil
-    /// while they leave it open and it may wait: until the device falls
-    /// `silent`, or it `waitedBurst`, and from a sparse device, or before the
-    /// filter started, until three witnesses came too (as many as could make
-    /// it a jump; its fixes may be seconds or more apart), or ten fixes.
+    /// before the silence. Each later fix is counted for the held fix or for
+    /// a group of the fixes after it that it could have followed
+    /// (`couldFollow`), for the one it fits the closer (`misfit`: seconds
+    /// on, a fix could have followed a reflection from almost anywhere the
+    /// allowance reaches, and the group's newest fix, a second before, says
+    /// more); a fix that fits neither starts a group of its own (a second
+    /// reflection must not hide the track).
     ///
-    /// A later fix that could follow both the held fix and a group goes to
-    /// the held fix from a device seconds apart, and from a sparse one, or
-    /// before the filter started, to whichever it fits the closer
-    /// (`misfit`): seconds after the held fix, a fix without a usable
-    /// velocity could have followed it from almost anywhere within the top
-    /// speed, and the group's newest fix, an interval before, says more.
+    /// - Taken once `followingAfterSilence` fixes were counted for it (two
+    ///   are not enough where a burst of three reflections leaves the tunnel).
+    /// - A jump once `agreeingAfterSilence` fixes of a group reach a burst's
+    ///   length after it (`burstWindowMs`); once a fix was counted for it,
+    ///   only when the group itself lasts a burst's length. Until then a
+    ///   burst right after the held fix and one that began with it look the
+    ///   same: the true fixes outlast it, or come back to the held fix's side.
+    /// - Nil while they leave it open and it may wait: until the device falls
+    ///   `silent`, or it `waitedBurst` (twice as long while a fix counted for
+    ///   it and a group against it both wait for the other to end) and three
+    ///   witnesses came. A wait that ends first takes it, unless not one fix
+    ///   was counted for it and a group of `agreeingAfterSilence` was.
     func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], silent: Bool, waitedBurst: Bool,
                              state: inout DeviceFilterState) -> Verdict? {
-        let sparse = reportsSparsely(state)
-        let closest = sparse || state.kalman.track == nil
         var through = state
         let verdict = assess(held, state: &through)
         guard verdict.taken, let frame = state.kalman.frame ?? through.kalman.frame else {
@@ -392,12 +392,11 @@ extension FilterCore {
             witnessed += 1
             let newestOf = { (g: Int) in groups[g][groups[g].count - 1] }
             let misfit = { (a: FilterInput) in Self.misfit(a, with: next, frame: frame, maxSpeed: limit) }
-            let fitting = groups.indices.filter { Self.couldFollow(newestOf($0), with: next, frame: frame, maxSpeed: limit) }
-            let g = closest ? fitting.min { misfit(newestOf($0)) < misfit(newestOf($1)) } : fitting.first
-            let fitsHeld = Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit)
-            if fitsHeld, !closest || g.map({ misfit(held) <= misfit(newestOf($0)) }) ?? true {
+            let g = groups.indices.filter { Self.couldFollow(newestOf($0), with: next, frame: frame, maxSpeed: limit) }
+                .min { misfit(newestOf($0)) < misfit(newestOf($1)) }
+            if Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit), g.map({ misfit(held) <= misfit(newestOf($0)) }) ?? true {
                 following += 1
-                if following < 2 { continue }
+                if following < Self.followingAfterSilence { continue }
                 state = through
                 return verdict
             }
@@ -407,12 +406,15 @@ extension FilterCore {
             }
             groups[g].append(next)
             let group = groups[g]
-            guard group.count >= Self.agreeingAfterSilence, next.timeMs - held.timeMs >= Self.burstWindowMs else { continue }
+            guard group.count >= Self.agreeingAfterSilence, next.timeMs - held.timeMs >= Self.burstWindowMs,
+                  following == 0 || next.timeMs - group[0].timeMs >= Self.burstWindowMs else { continue }
             return jump(against: group)
         }
-        let waited = waitedBurst && (!closest || witnessed >= Self.agreeingAfterSilence)
-        guard silent || waited || later.count >= Self.burstFixes else { return nil }
-        // Out of time before a burst's length, and not one fix was counted for it.
+        let contested = following > 0 && !groups.isEmpty
+        let waitedTwice = later[later.count - 1].timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * Self.burstFixes
+        let waited = (contested ? waitedTwice : waitedBurst) && witnessed >= Self.agreeingAfterSilence
+        guard silent || waited || later.count >= (contested ? 2 : 1) * Self.burstFixes else { return nil }
+        // Out of time, and not one fix was counted for it.
         if following == 0, let group = groups.max(by: { $0.count < $1.count }), group.count >= Self.agreeingAfterSilence {
             return jump(against: group)
         }
