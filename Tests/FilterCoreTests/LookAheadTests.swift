@@ -281,6 +281,17 @@ import Testing
         #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    @Test func aPhonesBurstOfSevenReflectionsOutOfATunnelIsRejected() {
+        // A phone's multipath lasts seconds: seven fixes out land 350 m east,
+        // each following the one before. Three had followed the first by 3 s,
+        // and it was taken; the road's fixes were refused for 10 s.
+        let offsets = Dictionary(uniqueKeysWithValues: (0...6).map { ($0, 350 + Double($0)) })
+        let all = run(outOfATunnel(offsets: offsets)).all
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
+        #expect(all.filter { (21...27).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > 27 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+    }
+
     @Test func aBurstRightAfterTheFirstTrueFixesOutOfATunnelIsNotTheTrack() {
         // Three true fixes out, then seven reflections 350 m east (a phone's
         // burst lasts up to 8 s), then the road again. The burst is a burst's
@@ -331,10 +342,10 @@ import Testing
         #expect(all.first { $0.fix.seq == 21 }?.verdict.point != nil)
     }
 
-    @Test func aTrueFirstFixOutOfATunnelIsTakenOnceThreeFixesFollowIt() {
-        // Three true fixes after it: decided with the third, three seconds late.
+    @Test func aTrueFirstFixOutOfATunnelIsTakenOnceFixesFollowItForABurstsLength() {
+        // True fixes after it: decided with the first 8 s after it (a burst of reflections follows its own first fix that long).
         let plain = run(outOfATunnel(offsets: [:])).due
-        #expect(plain[20].isEmpty && plain[21].isEmpty && plain[22].isEmpty && plain[23].map(\.fix.seq) == [21, 22, 23, 24], "\(plain.map { $0.map(\.fix.seq) })")
+        #expect((20...27).allSatisfy { plain[$0].isEmpty } && plain[28].map(\.fix.seq) == Array(21...29), "\(plain.map { $0.map(\.fix.seq) })")
         #expect(plain.flatMap { $0 }.allSatisfy { $0.verdict.point != nil || $0.verdict.rejection?.isOutlier != true })
         // The next two are one reflection, 350 m east: it is taken with the true fixes after them.
         let all = run(outOfATunnel(offsets: [1: 350, 2: 352])).all
@@ -498,14 +509,14 @@ import Testing
         #expect(last.verdict.decision.reason == "stationary_drift")
     }
 
-    /// Once the filter runs; the first fix, which starts it, waits for three
-    /// fixes that could have followed it (`comesOutOfSilence`).
+    /// Once the filter runs; the first fix, which starts it, waits for
+    /// fixes that could have followed it over 8 s (`comesOutOfSilence`).
     @Test func fixesASecondApartAreJudgedAtOnce() {
         let fixes = northbound(every: 1, count: 30)
         let (due, _) = run(fixes)
-        #expect(due[0].isEmpty && due[1].isEmpty && due[2].isEmpty)
-        #expect(due[3].map { $0.fix.seq } == [1, 2, 3, 4])
-        for (i, verdicts) in due.dropLast().enumerated().dropFirst(4) { #expect(verdicts.map { $0.fix.seq } == [Int64(i + 1)]) }
+        #expect((0...7).allSatisfy { due[$0].isEmpty })
+        #expect(due[8].map { $0.fix.seq } == Array(1...9))
+        for (i, verdicts) in due.dropLast().enumerated().dropFirst(9) { #expect(verdicts.map { $0.fix.seq } == [Int64(i + 1)]) }
         #expect(due.last!.isEmpty)
     }
 

@@ -68,21 +68,22 @@ import Testing
 
     /// A restart takes back only the waiting fixes its run's first could
     /// not have been reached from: driving north at 15 m/s, a run that
-    /// begins 60 m behind the start a second after the sixth fix denies
-    /// that fix (135 m in a second) and none before it (120 m in 2 s is 57 m/s).
+    /// begins 135 m behind the ninth fix a second after it denies that fix
+    /// and none before it (120 m in 2 s is 57 m/s, accuracies allowed for).
+    /// Nine: the first, which starts the filter, waits for fixes that follow it over 8 s.
     @Test func aRestartTakesBackOnlyWhatItsRunDenies() throws {
         let core = FilterCore()
         var state = DeviceFilterState()
-        for i in 0..<6 { _ = core.submit(fix(i + 1, t: Double(i), x: 0, y: Double(i) * 15, accuracy: 3), state: &state) }
+        for i in 0..<9 { _ = core.submit(fix(i + 1, t: Double(i), x: 0, y: Double(i) * 15, accuracy: 3), state: &state) }
         let before = state.smoothing.waiting
-        #expect(before.count == 6 && before.dropFirst().allSatisfy { $0.verdict.step != nil }, "the first started the filter; the rest were taken")
-        core.takeBackWhatTheRunDenies(.init(x: 0, y: -60, timeMs: t0 + 6_000, accuracyM: 3, doppler: false), state: &state)
+        #expect(before.count == 9 && before.dropFirst().allSatisfy { $0.verdict.step != nil }, "the first started the filter; the rest were taken")
+        core.takeBackWhatTheRunDenies(.init(x: 0, y: -15, timeMs: t0 + 9_000, accuracyM: 3, doppler: false), state: &state)
         let after = state.smoothing.waiting
-        #expect(Array(after.prefix(5)) == Array(before.prefix(5)), "the fixes it could have come from stay")
-        let denied = after[5].verdict
+        #expect(Array(after.prefix(8)) == Array(before.prefix(8)), "the fixes it could have come from stay")
+        let denied = after[8].verdict
         #expect(denied.rejection == .impliedSpeed && denied.step == nil && denied.decision.accepted == false)
         #expect(abs((denied.decision.measured ?? 0) - 129) < 2, "measured \(String(describing: denied.decision.measured))")
-        #expect(denied.decision.estimate == before[5].verdict.decision.estimate, "keeps the estimate it was judged with")
+        #expect(denied.decision.estimate == before[8].verdict.decision.estimate, "keeps the estimate it was judged with")
     }
 
     /// A smoothed fix too close to the last point is refused a lag after it

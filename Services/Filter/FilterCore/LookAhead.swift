@@ -364,8 +364,9 @@ extension FilterCore {
     /// more); a fix that fits neither starts a group of its own (a second
     /// reflection must not hide the track).
     ///
-    /// - Taken once `followingAfterSilence` fixes were counted for it (two
-    ///   are not enough where a burst of three reflections leaves the tunnel).
+    /// - Taken once `followingAfterSilence` fixes were counted for it, the
+    ///   newest a burst's length after it (`burstWindowMs`): a burst of
+    ///   reflections out of the tunnel follows its own first fix for seconds.
     /// - A jump once `agreeingAfterSilence` fixes of a group reach a burst's
     ///   length after it (`burstWindowMs`); once a fix was counted for it,
     ///   only when the group itself lasts a burst's length. Until then a
@@ -396,7 +397,7 @@ extension FilterCore {
                 .min { misfit(newestOf($0)) < misfit(newestOf($1)) }
             if Self.couldFollow(held, with: next, frame: frame, maxSpeed: limit), g.map({ misfit(held) <= misfit(newestOf($0)) }) ?? true {
                 following += 1
-                if following < Self.followingAfterSilence { continue }
+                guard following >= Self.followingAfterSilence, next.timeMs - held.timeMs >= Self.burstWindowMs else { continue }
                 state = through
                 return verdict
             }
