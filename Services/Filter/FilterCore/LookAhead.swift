@@ -319,17 +319,18 @@ extension FilterCore {
         return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
     }
 
-    /// Whether `fix` is the first, with a usable Doppler velocity (a course
-    /// from 2 m/s, or standing), after a silence (a tunnel): `silenceMs` or
+    /// Whether `fix` is the first after a silence (a tunnel): `silenceMs` or
     /// more without a fix from a device that reported seconds apart before
-    /// it, or `sparseSilenceIntervals` of its intervals from one that reported
-    /// sparsely (within `lookAheadMs`). The gates judge it against a
+    /// it, or, with a usable Doppler velocity (a course from 2 m/s, or
+    /// standing), `sparseSilenceIntervals` of its intervals from one that
+    /// reported sparsely (within `lookAheadMs`). The gates judge it against a
     /// prediction as wide as the silence: they take a reflection there, and
     /// throw the true fixes after it away as too fast until those have agreed
     /// for a recovery's length. A sparse device's stories fare no better: its
     /// state before a stop or a tunnel says nothing of where it went in
     /// between. So it waits for the fixes after it (`resolveAfterSilence`).
-    /// Without a Doppler velocity, positions alone cannot tell a jump from a
+    /// Fixes a second apart tell a reflection by their positions alone; a
+    /// sparse device's without a Doppler velocity cannot tell a jump from a
     /// drive over a burst's seconds.
     ///
     /// So does the fix that would start the filter (a device's first), with
@@ -341,11 +342,10 @@ extension FilterCore {
     func comesOutOfSilence(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         guard profile.lookAhead else { return false }
         if state.kalman.track == nil { return true }
-        guard DopplerVelocity(fix) != nil, let newest = state.ordering.newestMs,
-              let interval = state.ordering.reportIntervalMs else { return false }
+        guard let newest = state.ordering.newestMs, let interval = state.ordering.reportIntervalMs else { return false }
         let silence = fix.timeMs - newest
         guard reportsSparsely(state) else { return silence >= Self.silenceMs }
-        return interval <= profile.lookAheadMs && silence >= Self.sparseSilenceIntervals * interval
+        return DopplerVelocity(fix) != nil && interval <= profile.lookAheadMs && silence >= Self.sparseSilenceIntervals * interval
     }
 
     /// Whether the device's newest fix came as a sparse device's do, too far
@@ -367,16 +367,15 @@ extension FilterCore {
     /// - Taken once `followingAfterSilence` fixes were counted for it, the
     ///   newest a burst's length after it (`burstWindowMs`): a burst of
     ///   reflections out of the tunnel follows its own first fix for seconds.
-    /// - A jump once `agreeingAfterSilence` fixes of a group reach a burst's
-    ///   length after it (`burstWindowMs`); once a fix was counted for it,
-    ///   only when the group itself lasts a burst's length. Until then a
-    ///   burst right after the held fix and one that began with it look the
-    ///   same: the true fixes outlast it, or come back to the held fix's side.
+    /// - A jump once a group of `agreeingAfterSilence` fixes or more lasts a
+    ///   burst's length itself. Until then a burst right after the held fix
+    ///   and one that began with it look the same: the true fixes outlast
+    ///   it, or come back to the held fix's side.
     /// - Nil while they leave it open and it may wait: until the device falls
-    ///   `silent`, or it `waitedBurst` (twice as long while a fix counted for
-    ///   it and a group against it both wait for the other to end) and three
-    ///   witnesses came. A wait that ends first takes it, unless not one fix
-    ///   was counted for it and a group of `agreeingAfterSilence` was.
+    ///   `silent`, or it `waitedBurst` (twice as long while a group against
+    ///   it waits to outlast a burst) and three witnesses came. A wait that
+    ///   ends first takes it, unless not one fix was counted for it and a
+    ///   group of `agreeingAfterSilence` was.
     func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], silent: Bool, waitedBurst: Bool,
                              state: inout DeviceFilterState) -> Verdict? {
         var through = state
@@ -407,11 +406,11 @@ extension FilterCore {
             }
             groups[g].append(next)
             let group = groups[g]
-            guard group.count >= Self.agreeingAfterSilence, next.timeMs - held.timeMs >= Self.burstWindowMs,
-                  following == 0 || next.timeMs - group[0].timeMs >= Self.burstWindowMs else { continue }
+            guard group.count >= Self.agreeingAfterSilence, next.timeMs - group[0].timeMs >= Self.burstWindowMs else { continue }
             return jump(against: group)
         }
-        let contested = following > 0 && !groups.isEmpty
+        // A group against it waits to outlast a burst, twice as long at most.
+        let contested = !groups.isEmpty
         let waitedTwice = later[later.count - 1].timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * Self.burstFixes
         let waited = (contested ? waitedTwice : waitedBurst) && witnessed >= Self.agreeingAfterSilence
         guard silent || waited || later.count >= (contested ? 2 : 1) * Self.burstFixes else { return nil }
