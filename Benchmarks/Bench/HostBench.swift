@@ -15,8 +15,9 @@ enum HostBench {
         func publish(_ message: MQTTMessage, acknowledged: MQTTClient.Acknowledgement?) throws { acknowledged?(.success(())) }
     }
 
-    /// `devices` speak in turn, each once a round; the first two rounds go
-    /// through before the clock starts, so every device is known to the host.
+    /// `devices` speak in turn, each once a round; the first nine rounds go
+    /// through before the clock starts, so every device is known to the host
+    /// and its first fix judged (it waits for the fixes after it over 8 s).
     static func run(count: Int, devices: Int) throws {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("hostbench-\(UUID().uuidString).sqlite").path
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
@@ -27,7 +28,7 @@ enum HostBench {
                                    logger: Logger(label: "bench", minimum: .error), counters: counters,
                                    cacheBudgetBytes: budgetMB << 20)
         let noisy = NoiseGenerator(seed: 1).apply(to: try Fixtures.fixes("mtv-drive-truth.jsonl"))
-        let warmup = 2 * devices
+        let warmup = 9 * devices
         let messages = (0..<(warmup + count)).map { i -> MQTTMessage in
             let device = DeviceID("fbench\(i % devices)")!
             let s = noisy[(i / devices) % noisy.count]
@@ -50,7 +51,7 @@ enum HostBench {
         let seconds = (ContinuousClock.now - start).seconds
         let cpuAfter = ChildProcess.cpu(of: getpid())
         let loads = Double(counters.counted("rowLoads") - loadsBefore) / Double(count)
-        print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of 400, after two unmeasured rounds; a cache of %d MB; %.2f row loads a message)",
+        print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of 400, after nine unmeasured rounds; a cache of %d MB; %.2f row loads a message)",
                      Double(count) / seconds, count, devices, budgetMB, loads))
         // CPU time is steadier than the rate: the disk's pauses do not count.
         if let cpuBefore, let cpuAfter {

@@ -298,6 +298,7 @@ import Testing
         // and the burst made it the jump; lasting 7 s itself, it is a burst.
         let offsets = Dictionary(uniqueKeysWithValues: (1...8).map { ($0, 350 + Double($0)) })
         let all = run(outOfATunnel(offsets: offsets)).all
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { $0.fix.seq == 21 || $0.fix.seq > 29 }.allSatisfy { $0.verdict.point != nil }, "\(all.map { $0.verdict.decision.reason })")
         #expect(all.filter { (22...29).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil })
     }
@@ -315,6 +316,17 @@ import Testing
         #expect(all.filter { $0.fix.seq > 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
+    /// Its confirming fixes come a second apart: silent after it, the
+    /// first fix out of a tunnel is judged alone after 10 s, not the
+    /// look-ahead's 30 s.
+    @Test func theFirstFixOutOfATunnelWaitsTenSecondsOfSilenceAtMost() {
+        let core = FilterCore()
+        var state = DeviceFilterState()
+        for fix in outOfATunnel(offsets: [:]).prefix(21) { _ = core.submit(fix, state: &state) }
+        #expect(state.lookAhead.held.map(\.seq) == [21])
+        #expect(core.waitMs(state) == 10_000)
+    }
+
     @Test func aBurstRightAfterTheFirstTrueFixesOutOfATunnelIsNotTheTrack() {
         // Three true fixes out, then seven reflections 350 m east (a phone's
         // burst lasts up to 8 s), then the road again. The burst is a burst's
@@ -322,6 +334,7 @@ import Testing
         // not last one itself, and the road then follows the first fix.
         let offsets = Dictionary(uniqueKeysWithValues: (3...9).map { ($0, 350 + Double($0)) })
         let all = run(outOfATunnel(offsets: offsets)).all
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { (21...23).contains($0.fix.seq) || $0.fix.seq > 30 }.allSatisfy { $0.verdict.point != nil },
                 "\(all.map { $0.verdict.decision.reason })")
         #expect(all.filter { (24...30).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil })
@@ -333,6 +346,7 @@ import Testing
         // accuracies twice, and the speed's change), and was counted for it:
         // the reflections were taken. The fixes it follows a second on fit it far closer.
         let all = run(outOfATunnel(offsets: [0: 60, 1: 61])).all
+        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { $0.fix.seq == 21 || $0.fix.seq == 22 }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
         #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }

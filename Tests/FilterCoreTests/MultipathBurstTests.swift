@@ -129,9 +129,10 @@ import Testing
     /// it, as the first fix out of a silence with Doppler does, and is a
     /// jump. No point goes out there, and the odometer does not count the
     /// way to it and back. Also when the road's last fix is the last before
-    /// the device falls silent.
-    @Test(arguments: [130, 99])
-    func aReflectionOutOfATunnelIsRefusedWithoutDoppler(until end: Int) {
+    /// the device falls silent, and with the look-ahead off, where the
+    /// restart still takes it back.
+    @Test(arguments: [(130, true), (99, true), (130, false), (99, false)])
+    func aReflectionOutOfATunnelIsRefusedWithoutDoppler(until end: Int, lookAhead: Bool) {
         let roadSeconds = Array(0..<30) + Array(90..<end)
         let fixes = inputs(roadSeconds.map { t in
             let north = t == 90 ? 800.0 : 0
@@ -139,10 +140,11 @@ import Testing
                              lon: -122.1 + 15 * Double(t) / (Self.metresPerDegree * cos(Self.latitude * .pi / 180)), acc: 5)
         })
         var state = DeviceFilterState()
-        let judged = FilterCore().judgeRecording(fixes, state: &state)
+        let judged = (lookAhead ? FilterCore() : FilterCore.named(lookAheadMs: 0)).judgeRecording(fixes, state: &state)
         #expect(judged.map(\.fix.seq) == fixes.map(\.seq), "every fix judged once, in order")
         let reflection = judged.first { $0.fix.timeMs == 1_700_000_090_000 }?.verdict
-        #expect(reflection?.decision.accepted == false && reflection?.rejection == .isolatedJump, "the reflection: \(String(describing: reflection?.decision))")
+        #expect(reflection?.decision.accepted == false && reflection?.rejection == (lookAhead ? .isolatedJump : .impliedSpeed),
+                "the reflection: \(String(describing: reflection?.decision))")
         let offRoad = judged.compactMap(\.verdict.point).map { abs($0.latitude - Self.latitude) * Self.metresPerDegree }
         #expect(offRoad.allSatisfy { $0 < 20 }, "points off the road (m): \(offRoad.filter { $0 >= 20 })")
         let driven = 15.0 * Double(end - 1)

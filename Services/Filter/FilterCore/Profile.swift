@@ -82,8 +82,9 @@ public enum RejectReason: String, Sendable, CaseIterable, Codable {
     /// fixes late, see `lookAheadMs` and `lookAheadFixes`); the last held
     /// fix before silence, farther from the way before it than a turn or a
     /// stop explains; or the first fix out of a silence that the fixes after
-    /// it agree against (decided 8 s late or more, and from a sparse device
-    /// once three fixes the first gates do not refuse came).
+    /// it agree against (decided once they last 8 s, or ten or twenty fixes
+    /// later from a device reporting faster, and from a sparse device once
+    /// three fixes the first gates do not refuse came).
     case isolatedJump = "isolated_jump"
 
     /// Outlier reasons: the fix is believed wrong, not merely redundant.
