@@ -271,25 +271,19 @@ import Testing
         #expect(all.filter { $0.fix.seq > 22 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
-    @Test func aBurstOfThreeReflectionsOutOfATunnelIsRejected() {
-        // The first three fixes out land 350 m east. Taken once two fixes
-        // had followed it, the first went through, and the true fixes after
-        // the burst were refused for a recovery's 10 s.
-        let all = run(outOfATunnel(offsets: [0: 350, 1: 351, 2: 352])).all
-        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
-        #expect(all.filter { (21...23).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
-        #expect(all.filter { $0.fix.seq > 23 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
-    }
-
-    @Test func aPhonesBurstOfSevenReflectionsOutOfATunnelIsRejected() {
-        // A phone's multipath lasts seconds: seven fixes out land 350 m east,
-        // each following the one before. Three had followed the first by 3 s,
-        // and it was taken; the road's fixes were refused for 10 s.
-        let offsets = Dictionary(uniqueKeysWithValues: (0...6).map { ($0, 350 + Double($0)) })
+    /// The first fixes out land 350 m east, each following the one before.
+    /// Three: taken once two had followed it, the first went through, and
+    /// the true fixes after the burst were refused for a recovery's 10 s.
+    /// Seven, a phone's multipath lasting seconds: three had followed it by
+    /// 3 s, and it was taken.
+    @Test(arguments: [3, 7])
+    func aBurstOfReflectionsOutOfATunnelIsRejected(length: Int) {
+        let offsets = Dictionary(uniqueKeysWithValues: (0..<length).map { ($0, 350 + Double($0)) })
         let all = run(outOfATunnel(offsets: offsets)).all
+        let last = Int64(20 + length)
         #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
-        #expect(all.filter { (21...27).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
-        #expect(all.filter { $0.fix.seq > 27 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { (21...last).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
+        #expect(all.filter { $0.fix.seq > last }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
     @Test func aBurstOfEightRightAfterATrueFirstFixOutOfATunnelIsNotTheTrack() {
