@@ -125,7 +125,7 @@ enum ConstellationBench {
         // A fleet in steady state: DEVICES devices that already drive (a few fixes each, unmeasured), one more fix each at 1,000 a second.
         if let fleet, fleet > 20, measuresLatency {
             let (p50, p99, samples) = try await latency(constellation, rate: 1_000, seconds: max(10, fleet / 1_000), drives: drives,
-                                                        tag: "steady", devices: fleet, warmup: 9)
+                                                        tag: "steady", devices: fleet, warmup: Throughput.firstFixWarmup)
             print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",
                          fleet, p50, p99, samples))
         }

@@ -28,7 +28,7 @@ enum HostBench {
                                    logger: Logger(label: "bench", minimum: .error), counters: counters,
                                    cacheBudgetBytes: budgetMB << 20)
         let noisy = NoiseGenerator(seed: 1).apply(to: try Fixtures.fixes("mtv-drive-truth.jsonl"))
-        let warmup = 9 * devices
+        let warmup = Throughput.firstFixWarmup * devices
         let messages = (0..<(warmup + count)).map { i -> MQTTMessage in
             let device = DeviceID("fbench\(i % devices)")!
             let s = noisy[(i / devices) % noisy.count]

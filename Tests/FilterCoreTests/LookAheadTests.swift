@@ -232,18 +232,25 @@ import Testing
         #expect(all.filter { $0.fix.seq != 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
-    /// North at 12 m/s with Doppler, a fix a second, 10 m accuracy; 90 s
-    /// dark (a tunnel); then a fix a second again. `offsets`: how far east
-    /// each fix out of the tunnel lands (a reflection), by its index there.
-    func outOfATunnel(offsets: [Int: Double]) -> [FilterInput] {
+    /// North at 12 m/s with Doppler (or without), a fix a second, 10 m
+    /// accuracy; 90 s dark (a tunnel); then a fix a second again. `offsets`:
+    /// how far east each fix out of the tunnel lands (a reflection), by its index there.
+    func outOfATunnel(offsets: [Int: Double], doppler: Bool = true) -> [FilterInput] {
         func fix(_ seq: Int64, t: Double, x: Double) -> FilterInput {
             var fix = self.fix(seq, t: t, x: x, y: t * 12, east: 0, north: 12)
             fix.accuracyM = 10
+            if !doppler { (fix.speedMps, fix.courseDeg) = (nil, nil) }
             return fix
         }
         let before = (0..<20).map { fix(Int64($0 + 1), t: Double($0), x: 0) }
         let after = (0..<20).map { fix(Int64(21 + $0), t: 19 + 90 + Double($0), x: offsets[$0] ?? 0) }
         return before + after
+    }
+
+    /// Fixes `indices` out of the tunnel land about 350 m east, each a metre
+    /// on from the one before: a burst of reflections that agree.
+    func burstEast(_ indices: ClosedRange<Int>) -> [Int: Double] {
+        Dictionary(uniqueKeysWithValues: indices.map { ($0, 350 + Double($0)) })
     }
 
     @Test func aReflectionAsTheFirstFixOutOfATunnelIsRejected() {
@@ -278,8 +285,7 @@ import Testing
     /// 3 s, and it was taken.
     @Test(arguments: [3, 7])
     func aBurstOfReflectionsOutOfATunnelIsRejected(length: Int) {
-        let offsets = Dictionary(uniqueKeysWithValues: (0..<length).map { ($0, 350 + Double($0)) })
-        let all = run(outOfATunnel(offsets: offsets)).all
+        let all = run(outOfATunnel(offsets: burstEast(0...(length - 1)))).all
         let last = Int64(20 + length)
         #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { (21...last).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
@@ -290,8 +296,7 @@ import Testing
         // A true fix out, then eight reflections 350 m east, then the road.
         // No fix had followed the first when the burst reached 8 s after it,
         // and the burst made it the jump; lasting 7 s itself, it is a burst.
-        let offsets = Dictionary(uniqueKeysWithValues: (1...8).map { ($0, 350 + Double($0)) })
-        let all = run(outOfATunnel(offsets: offsets)).all
+        let all = run(outOfATunnel(offsets: burstEast(1...8))).all
         #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { $0.fix.seq == 21 || $0.fix.seq > 29 }.allSatisfy { $0.verdict.point != nil }, "\(all.map { $0.verdict.decision.reason })")
         #expect(all.filter { (22...29).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil })
@@ -300,11 +305,7 @@ import Testing
     @Test func aReflectionAsTheFirstFixOutOfATunnelIsRejectedWithoutDoppler() {
         // A fix a second without Doppler: its first out of the tunnel, 350 m
         // east, met a prediction 90 s wide and was taken.
-        func bareFix(_ seq: Int64, t: Double, x: Double) -> FilterInput { bare(seq, t: t, x: x, y: t * 12) }
-        let before: [FilterInput] = (0..<20).map { bareFix(Int64($0 + 1), t: Double($0), x: 0) }
-        let after: [FilterInput] = (0..<20).map { bareFix(Int64(21 + $0), t: 109 + Double($0), x: $0 == 0 ? 350 : 0) }
-        let fixes = before + after
-        let all = run(fixes).all
+        let all = run(outOfATunnel(offsets: [0: 350], doppler: false)).all
         #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.first { $0.fix.seq == 21 }?.verdict.decision.reason == "isolated_jump", "\(all.map { $0.verdict.decision.reason })")
         #expect(all.filter { $0.fix.seq > 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
@@ -326,8 +327,7 @@ import Testing
         // burst lasts up to 8 s), then the road again. The burst is a burst's
         // length after the first fix before the road comes back, but it does
         // not last one itself, and the road then follows the first fix.
-        let offsets = Dictionary(uniqueKeysWithValues: (3...9).map { ($0, 350 + Double($0)) })
-        let all = run(outOfATunnel(offsets: offsets)).all
+        let all = run(outOfATunnel(offsets: burstEast(3...9))).all
         #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
         #expect(all.filter { (21...23).contains($0.fix.seq) || $0.fix.seq > 30 }.allSatisfy { $0.verdict.point != nil },
                 "\(all.map { $0.verdict.decision.reason })")

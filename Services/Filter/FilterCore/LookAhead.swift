@@ -419,11 +419,12 @@ extension FilterCore {
             guard group.count >= Self.agreeingAfterSilence, next.timeMs - group[0].timeMs >= Self.burstWindowMs else { continue }
             return jump(against: group)
         }
-        // A group against it waits to outlast a burst, twice as long at most.
-        let contested = !groups.isEmpty && witnessed >= Self.agreeingAfterSilence
-        let waitedTwice = newest.timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * Self.burstFixes
-        let waited = (contested ? waitedTwice : waitedBurst) && witnessed >= Self.agreeingAfterSilence
-        guard silent || waited || later.count >= (contested ? 2 : 1) * Self.burstFixes else { return nil }
+        // A group against it, once three witnesses came, waits to outlast a burst, twice as long at most.
+        let witnessedEnough = witnessed >= Self.agreeingAfterSilence
+        let waited = witnessedEnough && !groups.isEmpty
+            ? newest.timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * Self.burstFixes
+            : (witnessedEnough && waitedBurst) || later.count >= Self.burstFixes
+        guard silent || waited else { return nil }
         // Out of time, and not one fix was counted for it.
         if following == 0, let group = groups.max(by: { $0.count < $1.count }), group.count >= Self.agreeingAfterSilence {
             return jump(against: group)
