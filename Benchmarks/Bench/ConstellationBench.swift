@@ -111,9 +111,10 @@ enum ConstellationBench {
         var loads: [String] = []
         for name in Constellation.services {
             let health = try await constellation.waitHealth(name, timeout: 30, description: "\(name)'s health") { _ in true }
-            loads.append(String(format: "%@ %.2f", name as NSString, health.rowLoadsPerMessage))
+            let perCommit = Double(health.processed) / Double(max(1, health.counters?["commits"] ?? 0))
+            loads.append(String(format: "%@ %.2f (%.0f a commit)", name as NSString, health.rowLoadsPerMessage, perCommit))
         }
-        print("row loads per message, warm-up included: " + loads.joined(separator: ", "))
+        print("row loads per message, and messages per commit, warm-up included: " + loads.joined(separator: ", "))
         print("CPU per fix over the measured run, user + system: " + cpuSpent)
         // LATENCY_RATES=a,b,…: other rates besides these two.
         let extra = (ProcessInfo.processInfo.environment["LATENCY_RATES"] ?? "").split(separator: ",").compactMap { Int($0) }

@@ -8,8 +8,9 @@ import TestSupport
 /// than one draw of the noise. `SWEEP_DETAIL=<variant>` prints that
 /// variant's seeds; `SWEEP_DUMP=<seed>` also writes that seed as a recording
 /// for `tracker-bench trace`; `SWEEP_OPTIMISM=<k>` makes every fix's error k
-/// times what its accuracy reports; `SWEEP_ONLY=<text>` runs the variants
-/// whose name contains it.
+/// times what its accuracy reports; `SWEEP_ACCURACY=<m>` makes every fix
+/// report m metres (0: unknown) whatever its error; `SWEEP_ONLY=<text>` runs
+/// the variants whose name contains it.
 enum Sweep {
     static let variants: [NoiseVariant] = [false, true].flatMap { withSpeed -> [NoiseVariant] in
         let suffix = withSpeed ? "" : " no speed"
@@ -25,6 +26,11 @@ enum Sweep {
             NoiseVariant("phone τ10s" + suffix, correlation: 0.9, jumpProbability: 0.01, withSpeed: withSpeed, jumpBurst: 3...8),
             NoiseVariant("phone τ10s 10 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 10, withSpeed: withSpeed, jumpBurst: 3...8),
             NoiseVariant("phone τ10s 15 s" + suffix, correlation: 0.9, jumpProbability: 0.01, every: 15, withSpeed: withSpeed, jumpBurst: 3...8),
+            // A source without an accuracy: every fix says 10 m (what a GPX track without `<hdop>` reads as), whatever its error.
+            NoiseVariant("says 10 m" + suffix, withSpeed: withSpeed, reportedAccuracy: 10),
+            // A recent phone whose accuracy is unknown (0, read as 30 m): the filter trusts its 2–10 m errors too little.
+            NoiseVariant("good phone says 0" + suffix, correlation: 0.9, jumpProbability: 0.01, withSpeed: withSpeed,
+                         jumpBurst: 3...8, accuracyRange: 3...15, reportedAccuracy: 0),
         ] + [1, 5, 10, 15].map { every in
             // A recent phone in the open: the same wandering error and bursts, accuracy 3–15 m.
             NoiseVariant("good phone" + (every == 1 ? "" : " \(every) s") + suffix, correlation: 0.9, jumpProbability: 0.01, every: every,
@@ -41,12 +47,19 @@ enum Sweep {
             guard let k = Double(text), k.isFinite, k > 0 else { throw TestSupportError("SWEEP_OPTIMISM: expected a positive number, got '\(text)'") }
             optimism = k
         }
+        // SWEEP_ACCURACY=m: every fix reports m whatever its error (0: unknown).
+        var reported: Double?
+        if let text = environment["SWEEP_ACCURACY"] {
+            guard let m = Double(text), m.isFinite, m >= 0 else { throw TestSupportError("SWEEP_ACCURACY: expected a number of metres ≥ 0, got '\(text)'") }
+            reported = m
+        }
         let only = environment["SWEEP_ONLY"]
         if let only, !variants.contains(where: { $0.name.contains(only) }) {
             throw TestSupportError("SWEEP_ONLY: no variant's name contains '\(only)'; they are: \(variants.map(\.name).joined(separator: ", "))")
         }
         for var variant in variants where only.map(variant.name.contains) ?? true {
             variant.optimism = optimism
+            if let reported { variant.reportedAccuracy = reported }
             var scores: [FilterScore] = []
             for seed in (1...UInt64(seeds)).map({ $0 * 7919 }) {
                 let (samples, truthPath) = variant.apply(to: truth, seed: seed)

@@ -145,9 +145,12 @@ public struct NoiseVariant: Sendable {
     public var jumpBurst = 1...3
     public var accuracyRange = 5.0...65.0
     public var optimism = 1.0
+    /// Every fix reports this accuracy, whatever its error, as a source
+    /// without one does (a GPX track without `<hdop>` reads as 10 m; 0 is unknown).
+    public var reportedAccuracy: Double?
 
     public init(_ name: String, correlation: Double = 0.3, jumpProbability: Double = 0.02, every: Int = 1, withSpeed: Bool = true,
-                jumpBurst: ClosedRange<Int> = 1...3, accuracyRange: ClosedRange<Double> = 5.0...65.0) {
+                jumpBurst: ClosedRange<Int> = 1...3, accuracyRange: ClosedRange<Double> = 5.0...65.0, reportedAccuracy: Double? = nil) {
         self.name = name
         self.correlation = correlation
         self.jumpProbability = jumpProbability
@@ -155,6 +158,7 @@ public struct NoiseVariant: Sendable {
         self.withSpeed = withSpeed
         self.jumpBurst = jumpBurst
         self.accuracyRange = accuracyRange
+        self.reportedAccuracy = reportedAccuracy
     }
 
     /// The noisy fixes for `seed`, and the yardstick: the truth sampled the same way.
@@ -168,6 +172,7 @@ public struct NoiseVariant: Sendable {
         let samples = generator.apply(to: truth).enumerated().filter { $0.offset % every == 0 }.map { _, sample in
             var sample = sample
             if !withSpeed { sample.fix.speed = nil; sample.fix.course = nil }
+            if let reportedAccuracy { sample.fix.acc = reportedAccuracy }
             return sample
         }
         let truthPath = truth.enumerated().filter { $0.offset % every == 0 }.map { (lat: $0.element.lat, lon: $0.element.lon) }
