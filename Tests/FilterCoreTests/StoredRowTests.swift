@@ -60,7 +60,11 @@ import Testing
         row.state.stop.standingMs = 13
         let input = FilterInput(seq: 9, sessionID: "s \"1\" ☃", timeMs: 10, latitude: 1, longitude: 2, accuracyM: 3, speedMps: 4,
                                 courseDeg: 5, receivedMs: 11, altitudeM: 6, batteryPct: 7)
-        row.state.lookAhead.held = [input, FilterInput(seq: 10, sessionID: nil, timeMs: 11, latitude: 1, longitude: 2, accuracyM: 3)]
+        var scaled = FilterInput(seq: 10, sessionID: nil, timeMs: 11, latitude: 1, longitude: 2, accuracyM: 3)
+        scaled.accuracyScale = 2.5
+        row.state.lookAhead.held = [input, scaled]
+        row.state.kalman.calibration.note(reportedM: 10)
+        row.state.kalman.calibration.learn(mahalanobis: 4, gate: 3.5, applied: 1.5)
         row.state.odometer.lastPoint = .init(x: 1, y: 2, timeMs: 3, accuracyM: 4, ve: 5, vn: 6)
         row.state.odometer.meters = 1234.5
         var read = try FilterRow.restored(from: Data(row.stored), using: JSONCoding.decoder)
@@ -92,19 +96,48 @@ import Testing
         #expect(stored.count * 3 < JSONCoding.foundation(row).count, "\(stored.count) bytes")
     }
 
+    /// A row as version 2 wrote it: without the accuracy's calibration (nor
+    /// any held fix's scale: the row must hold none, and nothing learned).
+    static func version2(_ row: FilterRow) throws -> [UInt8] {
+        #expect(row.state.lookAhead.held.isEmpty && row.state.smoothing.waiting.isEmpty && row.state.kalman.calibration == AccuracyCalibration())
+        var marked = row
+        marked.state.kalman.calibration.run = 1
+        // The calibration's run is the byte after its absent accuracy; the two doubles follow it.
+        let run = try #require(zip(row.stored, marked.stored).enumerated().first { $1.0 != $1.1 }?.offset)
+        var bytes = row.stored
+        bytes.removeSubrange((run - 1)..<(run + 1 + 16))
+        bytes[1] = 2
+        return bytes
+    }
+
+    /// A munich row after 300 fixes, with nothing held or waiting and nothing calibrated.
+    static func rowWithoutNewerParts() throws -> FilterRow {
+        var row = FilterRow()
+        try drive("munich-drive.jsonl", .balanced) { i, current in if i == 300 { row = current } }
+        row.state.lookAhead.held = []
+        row.state.smoothing.waiting = []
+        row.state.kalman.calibration = AccuracyCalibration()
+        return row
+    }
+
+    /// Version 2 kept no calibration: its rows still read, with nothing learned.
+    @Test func aVersion2RowReadsWithNothingCalibrated() throws {
+        let row = try Self.rowWithoutNewerParts()
+        let (read, restarted) = try FilterRow.restored(from: Data(try Self.version2(row)), using: JSONCoding.decoder)
+        #expect(!restarted && read == row)
+    }
+
     /// Version 1 kept no Doppler flag on an outlier: its rows still read,
     /// their outliers as with Doppler (the longer recovery window).
     @Test func aVersion1RowReadsItsOutliersAsDoppler() throws {
-        var row = FilterRow()
-        try Self.drive("munich-drive.jsonl", .balanced) { i, current in if i == 300 { row = current } }
+        var row = try Self.rowWithoutNewerParts()
         row.state.kalman.outliers = [.init(x: 1, y: 2, timeMs: 3, accuracyM: 4, doppler: false)]
-        let withFlag = row.stored
+        let withFlag = try Self.version2(row)
         row.state.kalman.outliers[0].doppler = true
         // The one byte the flag changes is where version 1 had none.
-        let flag = try #require(zip(withFlag, row.stored).enumerated().first { $1.0 != $1.1 }?.offset)
+        let flag = try #require(zip(withFlag, try Self.version2(row)).enumerated().first { $1.0 != $1.1 }?.offset)
         var version1 = withFlag
         version1.remove(at: flag)
-        #expect(version1[1] == UInt8(FilterRow.binaryVersion))
         version1[1] = 1
         let (read, restarted) = try FilterRow.restored(from: Data(version1), using: JSONCoding.decoder)
         #expect(!restarted && read == row)
@@ -126,7 +159,8 @@ import Testing
         let expected: [(Any, [String])] = [
             (FilterRow(), ["state", "rejections", "arrivedMs"]),
             (DeviceFilterState(), ["kalman", "ordering", "stop", "lookAhead", "smoothing", "odometer"]),
-            (KalmanState(), ["phase", "noise", "outliers"]),
+            (KalmanState(), ["phase", "noise", "outliers", "calibration"]),
+            (AccuracyCalibration(), ["reportedM", "run", "logScaleSquared", "weight"]),
             (KalmanState.Track(frame: frame, east: axis, north: axis, timeMs: 0), ["frame", "east", "north", "timeMs"]),
             (NoiseCorrelation(), ["products", "squares", "weight", "lastEast", "lastNorth", "lastMs"]),
             (DeviceFilterState.OutlierFix(x: 0, y: 0, timeMs: 0, accuracyM: 0), ["x", "y", "timeMs", "accuracyM", "doppler"]),
@@ -139,7 +173,7 @@ import Testing
             (TrendWindow(tau: 1), ["tau", "sw", "swt", "swtt", "swx", "swtx", "swy", "swty", "svv", "svvt", "svvtt", "lastMs", "spanSec"]),
             (LookAheadState(), ["held", "steady"]),
             (SteadyTrack(east: axis, north: axis, timeMs: 0, frame: frame), ["east", "north", "timeMs", "frame"]),
-            (input, ["seq", "sessionID", "timeMs", "reading", "receivedMs"]),
+            (input, ["seq", "sessionID", "timeMs", "reading", "receivedMs", "accuracyScale"]),
             (SmoothingState(), ["waiting"]),
             (try #require(verdict), ["decision", "point", "rejection", "step", "standing"]),
             (step, ["frame", "priorTimeMs", "timeMs", "predictedEast", "predictedNorth", "east", "north"]),

@@ -38,7 +38,7 @@ extension FilterCore {
         for index in start..<waiting.count {
             let fix = waiting[index].fix
             let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
-            let sigma = Accuracy.sigma(fix.accuracyM)
+            let sigma = Accuracy.sigma(fix.judgedAccuracyM)
             let dt = Double(fix.timeMs - timeMs) / 1000
             let (predictedEast, predictedNorth, mahalanobis) = Self.predicted(east, north, dt: dt, q: movingQ(dt: dt, doppler: false, noise: state.kalman.noise),
                                                                              x: x, y: y, r: sigma * sigma)

@@ -10,6 +10,9 @@ public struct FilterInput: Codable, Sendable, Equatable {
     public var reading: Reading
     /// When the fix reached the gateway (ms), if known.
     public var receivedMs: Int64?
+    /// How many times its reported accuracy the filter judges the fix with,
+    /// when the device's accuracy says nothing (`AccuracyCalibration`); nil: 1.
+    public var accuracyScale: Double?
 
     public init(seq: Int64, sessionID: String?, timeMs: Int64, latitude: Double, longitude: Double,
                 accuracyM: Double, speedMps: Double? = nil, courseDeg: Double? = nil, receivedMs: Int64? = nil,
@@ -19,6 +22,10 @@ public struct FilterInput: Codable, Sendable, Equatable {
                                altitudeM: altitudeM, batteryPct: batteryPct)
         self.receivedMs = receivedMs
     }
+
+    /// The accuracy the filter judges the fix with (m): the reported one, 0
+    /// read as unknown, times its scale. The reading itself stays as reported.
+    public var judgedAccuracyM: Double { Accuracy.meters(reading.accuracyM) * (accuracyScale ?? 1) }
 
     public subscript<T>(dynamicMember path: WritableKeyPath<Reading, T>) -> T {
         get { reading[keyPath: path] }

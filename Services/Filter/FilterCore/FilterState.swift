@@ -88,8 +88,24 @@ public struct KalmanState: Codable, Sendable, Equatable {
     public var noise: NoiseCorrelation?
     /// Recent outliers, to recover when the filter (not the fixes) is wrong.
     public var outliers: [DeviceFilterState.OutlierFix] = []
+    /// What the device's accuracy is worth when it says nothing (learned by the innovation gate).
+    public var calibration = AccuracyCalibration()
 
     public init() {}
+
+    private enum CodingKeys: String, CodingKey { case phase, noise, outliers, calibration }
+
+    /// States saved as JSON by earlier releases have no calibration: nothing learned yet.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        phase = try c.decode(Phase.self, forKey: .phase)
+        noise = try c.decodeIfPresent(NoiseCorrelation.self, forKey: .noise)
+        outliers = try c.decode([DeviceFilterState.OutlierFix].self, forKey: .outliers)
+        calibration = try c.decodeIfPresent(AccuracyCalibration.self, forKey: .calibration) ?? AccuracyCalibration()
+    }
+
+    /// How many times its reported accuracy the device's next fix is judged with (`AccuracyCalibration`).
+    public var accuracyScale: Double { calibration.scale(inflation: noise?.inflation ?? 1) }
 
     /// The running filter, if there is one.
     public var track: Track? {

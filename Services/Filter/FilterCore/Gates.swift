@@ -26,7 +26,7 @@ struct StandingPlace {
 struct Judging {
     /// A held fix judged without the one after it, because none came.
     let alone: Bool
-    /// The reported accuracy, 0 read as unknown (m).
+    /// The accuracy judged with, 0 read as unknown (m): `FilterInput.judgedAccuracyM`.
     let accuracy: Double
     /// The position's standard deviation per axis (m).
     let sigma: Double
@@ -39,7 +39,7 @@ struct Judging {
     @inline(__always)
     init(_ fix: FilterInput, alone: Bool) {
         self.alone = alone
-        accuracy = Accuracy.meters(fix.accuracyM)
+        accuracy = fix.judgedAccuracyM
         sigma = Accuracy.sigma(accuracy)
     }
 }
@@ -153,7 +153,8 @@ extension FilterCore {
     /// 4. Accuracy worse than the profile's ceiling.
     @inline(__always)
     func accuracyCeiling(_ fix: FilterInput, _ judging: inout Judging, _ state: inout DeviceFilterState) -> GateOutcome {
-        let accuracy = judging.accuracy, ceiling = profile.accuracyCeilingM
+        // The device's own figure: the ceiling is a rule on what it reports.
+        let accuracy = Accuracy.meters(fix.accuracyM), ceiling = profile.accuracyCeilingM
         return accuracy > ceiling ? .reject(.accuracyTooLow, measured: accuracy, limit: ceiling) : .pass
     }
 
@@ -233,6 +234,10 @@ extension FilterCore {
         guard let track = state.kalman.track else { return .pass }
         let (x, y) = fix.local(track.frame)
         let prediction = prediction(fix, judging, track, x: x, y: y, state: state), mahalanobis = prediction.mahalanobis
+        // Fixes a second or two apart while moving tell what an accuracy that says nothing is worth.
+        if prediction.dt * 1000 <= Double(NoiseCorrelation.pairingMs), state.stop.anchor == nil, state.stop.externalMotion != .stationary {
+            state.kalman.calibration.learn(mahalanobis: mahalanobis, gate: profile.innovationGate, applied: fix.accuracyScale ?? 1)
+        }
         guard mahalanobis > profile.innovationGate else {
             judging.prediction = prediction
             return .pass

@@ -66,6 +66,11 @@ extension FilterCore {
     /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
     /// is held), one, or more (held fixes and this one).
     public func submit(_ fix: FilterInput, state: inout DeviceFilterState) -> [Judged] {
+        // Judged, held or not, with what the device's accuracy is worth now.
+        var fix = fix
+        state.kalman.calibration.note(reportedM: fix.accuracyM)
+        let scale = state.kalman.accuracyScale
+        fix.accuracyScale = scale == 1 ? nil : scale
         var held = state.lookAhead.held
         guard !held.isEmpty else {
             if profile.lookAhead, waitsForNext(fix, state: state) {
@@ -483,14 +488,14 @@ extension FilterCore {
     /// The implied speed from `a` to `b`, both accuracies allowed for, as a share of `maxSpeed`.
     private static func speedMisfit(_ a: FilterInput, with b: FilterInput, frame: LocalFrame, maxSpeed: Double) -> Double {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-        return impliedSpeed(hypot(bx - ax, by - ay), accuracies: Accuracy.meters(a.accuracyM), Accuracy.meters(b.accuracyM),
+        return impliedSpeed(hypot(bx - ax, by - ay), accuracies: a.judgedAccuracyM, b.judgedAccuracyM,
                             elapsedMs: b.timeMs - a.timeMs) / maxSpeed
     }
 
     private static func velocityMisfit(_ a: FilterInput, _ va: (east: Double, north: Double), with b: FilterInput,
                                        _ vb: (east: Double, north: Double), frame: LocalFrame) -> Double {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-        let dt = Double(b.timeMs - a.timeMs) / 1000, accuracies = Accuracy.meters(a.accuracyM) + Accuracy.meters(b.accuracyM)
+        let dt = Double(b.timeMs - a.timeMs) / 1000, accuracies = a.judgedAccuracyM + b.judgedAccuracyM
         let (ex, ey) = (ax + (va.east + vb.east) / 2 * dt, ay + (va.north + vb.north) / 2 * dt)
         let courseError = 0.05 * max(hypot(va.east, va.north), hypot(vb.east, vb.north)) * dt
         return hypot(bx - ex, by - ey) / (2 * accuracies + dt * dt / 2 + courseError)
@@ -499,7 +504,7 @@ extension FilterCore {
     /// Two fixes' distance in standard deviations of both.
     static func distanceInSigma(_ a: FilterInput, _ b: FilterInput, frame: LocalFrame) -> Double {
         let (ax, ay) = frame.toLocal(lat: a.latitude, lon: a.longitude), (bx, by) = frame.toLocal(lat: b.latitude, lon: b.longitude)
-        let (sa, sb) = (Accuracy.sigma(a.accuracyM), Accuracy.sigma(b.accuracyM))
+        let (sa, sb) = (Accuracy.sigma(a.judgedAccuracyM), Accuracy.sigma(b.judgedAccuracyM))
         return hypot(bx - ax, by - ay) / (sa * sa + sb * sb).squareRoot()
     }
 
@@ -582,7 +587,7 @@ extension FilterCore {
             n.predict(dt: dt, q: fixQ)
             logLikelihood += log(1 - Self.jumpPrior) + Self.fit(fix, to: e, n, frame: frame).logLikelihood
             let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
-            let sigma = Accuracy.sigma(fix.accuracyM)
+            let sigma = Accuracy.sigma(fix.judgedAccuracyM)
             e.update(position: x, r: sigma * sigma)
             n.update(position: y, r: sigma * sigma)
             timeMs = fix.timeMs
@@ -617,7 +622,7 @@ extension FilterCore {
         eastNext.predict(dt: toNext, q: q)
         northNext.predict(dt: toNext, q: q)
         let (nx, ny) = frame.toLocal(lat: next.latitude, lon: next.longitude)
-        let nextSigma = Accuracy.sigma(next.accuracyM)
+        let nextSigma = Accuracy.sigma(next.judgedAccuracyM)
         var eastAfter = eastNext, northAfter = northNext
         eastAfter.update(position: nx, r: nextSigma * nextSigma)
         northAfter.update(position: ny, r: nextSigma * nextSigma)
@@ -652,7 +657,7 @@ extension FilterCore {
     static func fit(_ fix: FilterInput, to east: AxisFilter, _ north: AxisFilter, frame: LocalFrame)
         -> (distance: Double, logLikelihood: Double) {
         let (x, y) = frame.toLocal(lat: fix.latitude, lon: fix.longitude)
-        let sigma = Accuracy.sigma(fix.accuracyM)
+        let sigma = Accuracy.sigma(fix.judgedAccuracyM)
         let (ye, se) = east.innovation(x, r: sigma * sigma)
         let (yn, sn) = north.innovation(y, r: sigma * sigma)
         let squared = ye * ye / se + yn * yn / sn

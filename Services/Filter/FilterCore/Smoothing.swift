@@ -92,7 +92,7 @@ extension FilterCore {
             let entry = state.smoothing.waiting[index]
             guard entry.verdict.step != nil, entry.fix.timeMs < first.timeMs else { continue }
             let (x, y) = entry.fix.local(frame)
-            let speed = Self.impliedSpeed(hypot(first.x - x, first.y - y), accuracies: Accuracy.meters(entry.fix.accuracyM), first.accuracyM,
+            let speed = Self.impliedSpeed(hypot(first.x - x, first.y - y), accuracies: entry.fix.judgedAccuracyM, first.accuracyM,
                                           elapsedMs: first.timeMs - entry.fix.timeMs)
             guard speed > limit else { continue }
             state.smoothing.waiting[index].verdict = reject(entry.fix, .impliedSpeed, estimate: entry.verdict.decision.estimate,

@@ -72,7 +72,7 @@ extension FilterCore {
     private func farFromThePrevious(_ fix: FilterInput, _ judging: Judging) -> Bool {
         guard let previous = judging.previousPosition else { return false }
         let step = Geodesy.distance(previous.latitude, previous.longitude, fix.latitude, fix.longitude)
-        return step > 2 * max(profile.stationaryRadiusM, Accuracy.meters(fix.accuracyM))
+        return step > 2 * max(profile.stationaryRadiusM, fix.judgedAccuracyM)
     }
 
     /// Parks on the last emitted point when it is close, so the stop is one node.

@@ -16,8 +16,9 @@ import Model
 extension FilterRow {
     /// First byte of the binary form; a JSON row starts with `{`.
     static let binaryMagic: UInt8 = 0xF1
-    /// The version this release writes. 2: an outlier keeps whether it had Doppler.
-    public static let binaryVersion: UInt64 = 2
+    /// The version this release writes. 2: an outlier keeps whether it had
+    /// Doppler. 3: the accuracy's calibration, and a fix's accuracy scale.
+    public static let binaryVersion: UInt64 = 3
     /// The versions this release reads.
     static let readableVersions: ClosedRange<UInt64> = 1...binaryVersion
 
@@ -71,10 +72,20 @@ extension DeviceFilterState: BinaryStorable {
 }
 
 extension KalmanState: BinaryStorable {
-    public func write(to w: inout BinaryWriter) { w.write(phase, noise, outliers) }
+    public func write(to w: inout BinaryWriter) { w.write(phase, noise, outliers, calibration) }
     public init(from r: inout BinaryReader) throws {
         self.init()
         (phase, noise, outliers) = (try r.read(), try r.read(), try r.read())
+        // Versions 1 and 2 had none: nothing learned yet.
+        if r.formatVersion >= 3 { calibration = try r.read() }
+    }
+}
+
+extension AccuracyCalibration: BinaryStorable {
+    public func write(to w: inout BinaryWriter) { w.write(reportedM, run, logScaleSquared, weight) }
+    public init(from r: inout BinaryReader) throws {
+        self.init()
+        (reportedM, run, logScaleSquared, weight) = (try r.read(), try r.read(), try r.read(), try r.read())
     }
 }
 
@@ -189,13 +200,15 @@ extension SteadyTrack: BinaryStorable {
 }
 
 extension FilterInput: BinaryStorable {
-    public func write(to w: inout BinaryWriter) { w.write(seq, sessionID, timeMs, reading, receivedMs) }
+    public func write(to w: inout BinaryWriter) { w.write(seq, sessionID, timeMs, reading, receivedMs, accuracyScale) }
     public init(from r: inout BinaryReader) throws {
         seq = try r.read()
         sessionID = try r.read()
         timeMs = try r.read()
         reading = try r.read()
         receivedMs = try r.read()
+        // Versions 1 and 2 had none: judged as reported.
+        if r.formatVersion >= 3 { accuracyScale = try r.read() }
     }
 }
 
