@@ -235,7 +235,7 @@ extension FilterCore {
         let (x, y) = fix.local(track.frame)
         let prediction = prediction(fix, judging, track, x: x, y: y, state: state), mahalanobis = prediction.mahalanobis
         // Fixes a second or two apart while moving tell what an accuracy that says nothing is worth.
-        if prediction.dt * 1000 <= Double(NoiseCorrelation.pairingMs), state.stop.anchor == nil, state.stop.externalMotion != .stationary {
+        if fix.timeMs - track.timeMs <= NoiseCorrelation.pairingMs, state.stop.anchor == nil, state.stop.externalMotion != .stationary {
             state.kalman.calibration.learn(mahalanobis: mahalanobis, gate: profile.innovationGate, applied: fix.accuracyScale ?? 1)
         }
         guard mahalanobis > profile.innovationGate else {
