@@ -111,8 +111,8 @@ enum ConstellationBench {
         var loads: [String] = []
         for name in Constellation.services {
             let health = try await constellation.waitHealth(name, timeout: 30, description: "\(name)'s health") { _ in true }
-            let perCommit = Double(health.processed) / Double(max(1, health.counters?["commits"] ?? 0))
-            loads.append(String(format: "%@ %.2f (%.0f a commit)", name as NSString, health.rowLoadsPerMessage, perCommit))
+            let perCommit = (health.counters?["commits"]).flatMap { $0 > 0 ? String(format: "%.0f", Double(health.processed) / Double($0)) : nil }
+            loads.append(String(format: "%@ %.2f (%@ a commit)", name as NSString, health.rowLoadsPerMessage, (perCommit ?? "–") as NSString))
         }
         print("row loads per message, and messages per commit, warm-up included: " + loads.joined(separator: ", "))
         print("CPU per fix over the measured run, user + system: " + cpuSpent)

@@ -149,6 +149,8 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
         let saved = try FilterRow.restored(from: Data(contentsOf: SavedStateFixtureTests.rowURL("munich-no-doppler")), using: JSONCoding.decoder)
         let state = saved.row.state
         #expect(!saved.restarted && state.ordering.reportIntervalMs != nil && state.lookAhead.steady != nil && !state.smoothing.waiting.isEmpty)
+        // Saved before the accuracy's calibration existed: nothing learned.
+        #expect(state.kalman.calibration == AccuracyCalibration())
         var object = try SavedStateFixtureTests.version1State("munich-no-doppler")
         for key in ["reportIntervalMs", "steady", "noise", "pending", "heldBehind", "lagging", "standingMs"] { object[key] = nil }
         let old = DeviceFilterState.restored(from: try JSONSerialization.data(withJSONObject: object), using: JSONCoding.decoder)

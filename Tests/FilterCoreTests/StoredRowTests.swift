@@ -64,7 +64,7 @@ import Testing
         scaled.accuracyScale = 2.5
         row.state.lookAhead.held = [input, scaled]
         row.state.kalman.calibration.note(reportedM: 10)
-        row.state.kalman.calibration.learn(mahalanobis: 4, gate: 3.5, applied: 1.5)
+        row.state.kalman.calibration.learn(mahalanobis: 4, gate: 3.5, reportedM: 10, judgedWith: 1.5)
         row.state.odometer.lastPoint = .init(x: 1, y: 2, timeMs: 3, accuracyM: 4, ve: 5, vn: 6)
         row.state.odometer.meters = 1234.5
         var read = try FilterRow.restored(from: Data(row.stored), using: JSONCoding.decoder)
@@ -96,51 +96,74 @@ import Testing
         #expect(stored.count * 3 < JSONCoding.foundation(row).count, "\(stored.count) bytes")
     }
 
-    /// A row as version 2 wrote it: without the accuracy's calibration (nor
-    /// any held fix's scale: the row must hold none, and nothing learned).
-    static func version2(_ row: FilterRow) throws -> [UInt8] {
-        #expect(row.state.lookAhead.held.isEmpty && row.state.smoothing.waiting.isEmpty && row.state.kalman.calibration == AccuracyCalibration())
+    /// A row as version 2 wrote it, and the row it reads as: without the
+    /// accuracy's calibration, its held and waiting fixes without a scale.
+    static func version2(_ row: FilterRow) throws -> (bytes: [UInt8], reads: FilterRow) {
+        var row = row
+        row.state.kalman.calibration = AccuracyCalibration()
+        for i in row.state.lookAhead.held.indices { row.state.lookAhead.held[i].accuracyScale = nil }
+        for i in row.state.smoothing.waiting.indices { row.state.smoothing.waiting[i].fix.accuracyScale = nil }
+        let bytes = row.stored
+        func firstDifference(_ changed: FilterRow) throws -> Int {
+            try #require(zip(bytes, changed.stored).enumerated().first { $1.0 != $1.1 }?.offset)
+        }
         var marked = row
         marked.state.kalman.calibration.run = 1
         // The calibration's run is the byte after its absent accuracy; the two doubles follow it.
-        let run = try #require(zip(row.stored, marked.stored).enumerated().first { $1.0 != $1.1 }?.offset)
-        var bytes = row.stored
-        bytes.removeSubrange((run - 1)..<(run + 1 + 16))
-        bytes[1] = 2
-        return bytes
+        let run = try firstDifference(marked)
+        var cuts = [(run - 1)..<(run + 1 + 16)]
+        // Each fix's absent scale is one byte, at its end.
+        for i in row.state.lookAhead.held.indices {
+            var scaled = row
+            scaled.state.lookAhead.held[i].accuracyScale = 1
+            let at = try firstDifference(scaled)
+            cuts.append(at..<(at + 1))
+        }
+        for i in row.state.smoothing.waiting.indices {
+            var scaled = row
+            scaled.state.smoothing.waiting[i].fix.accuracyScale = 1
+            let at = try firstDifference(scaled)
+            cuts.append(at..<(at + 1))
+        }
+        var old = bytes
+        for cut in cuts.sorted(by: { $0.lowerBound > $1.lowerBound }) { old.removeSubrange(cut) }
+        old[1] = 2
+        return (old, row)
     }
 
-    /// A munich row after 300 fixes, with nothing held or waiting and nothing calibrated.
-    static func rowWithoutNewerParts() throws -> FilterRow {
+    /// Munich without Doppler, after 300 fixes: fixes held and waiting in the lag, the accuracy calibrated.
+    static func munichRow() throws -> FilterRow {
         var row = FilterRow()
         try drive("munich-drive.jsonl", .balanced) { i, current in if i == 300 { row = current } }
-        row.state.lookAhead.held = []
-        row.state.smoothing.waiting = []
-        row.state.kalman.calibration = AccuracyCalibration()
         return row
     }
 
-    /// Version 2 kept no calibration: its rows still read, with nothing learned.
+    /// Version 2 kept no calibration: its rows still read, with nothing
+    /// learned and every held or waiting fix judged as reported.
     @Test func aVersion2RowReadsWithNothingCalibrated() throws {
-        let row = try Self.rowWithoutNewerParts()
-        let (read, restarted) = try FilterRow.restored(from: Data(try Self.version2(row)), using: JSONCoding.decoder)
-        #expect(!restarted && read == row)
+        let row = try Self.munichRow()
+        #expect(row.state.kalman.calibration != AccuracyCalibration() && !row.state.smoothing.waiting.isEmpty)
+        let (bytes, reads) = try Self.version2(row)
+        let (read, restarted) = try FilterRow.restored(from: Data(bytes), using: JSONCoding.decoder)
+        #expect(!restarted && read == reads)
     }
 
     /// Version 1 kept no Doppler flag on an outlier: its rows still read,
     /// their outliers as with Doppler (the longer recovery window).
     @Test func aVersion1RowReadsItsOutliersAsDoppler() throws {
-        var row = try Self.rowWithoutNewerParts()
+        var row = try Self.munichRow()
         row.state.kalman.outliers = [.init(x: 1, y: 2, timeMs: 3, accuracyM: 4, doppler: false)]
-        let withFlag = try Self.version2(row)
+        let (withFlag, reads) = try Self.version2(row)
         row.state.kalman.outliers[0].doppler = true
         // The one byte the flag changes is where version 1 had none.
-        let flag = try #require(zip(withFlag, try Self.version2(row)).enumerated().first { $1.0 != $1.1 }?.offset)
+        let flag = try #require(zip(withFlag, try Self.version2(row).bytes).enumerated().first { $1.0 != $1.1 }?.offset)
         var version1 = withFlag
         version1.remove(at: flag)
         version1[1] = 1
+        var expected = reads
+        expected.state.kalman.outliers[0].doppler = true
         let (read, restarted) = try FilterRow.restored(from: Data(version1), using: JSONCoding.decoder)
-        #expect(!restarted && read == row)
+        #expect(!restarted && read == expected)
     }
 
     /// Every stored type's fields, as the binary form writes them. A field

@@ -36,7 +36,20 @@ public struct FilterCore: Sendable {
     /// Judges one fix and publishes its point at once (no smoothing lag,
     /// no look-ahead: `submit` has both).
     public func judge(_ fix: FilterInput, state: inout DeviceFilterState) -> Verdict {
-        conclude(assess(fix, state: &state), fix: fix, state: &state)
+        let fix = calibrated(fix, state: &state)
+        return conclude(assess(fix, state: &state), fix: fix, state: &state)
+    }
+
+    /// The fix with what its device's accuracy is worth now: a new fix, as
+    /// it comes (`judge`, `submit`), before any verdict on it (`AccuracyCalibration`).
+    func calibrated(_ fix: FilterInput, state: inout DeviceFilterState) -> FilterInput {
+        // An invalid accuracy is the validity gate's to refuse; it says nothing of the run.
+        guard fix.accuracyM.isFinite, fix.accuracyM >= 0 else { return fix }
+        state.kalman.calibration.note(reportedM: fix.accuracyM)
+        var fix = fix
+        let scale = state.kalman.accuracyScale
+        fix.accuracyScale = scale == 1 ? nil : scale
+        return fix
     }
 
     /// The forward pass: the fix through every gate in order, then into the

@@ -64,7 +64,8 @@ public struct DeviceFilterState: Sendable, Equatable {
 }
 
 /// The Kalman filter's part. Written by `start`, the innovation gate and
-/// the update, a parked device's drift, a departure and a recovery.
+/// the update, a parked device's drift, a departure and a recovery; the
+/// calibration also by every new fix (`FilterCore.calibrated`).
 public struct KalmanState: Codable, Sendable, Equatable {
     public enum Phase: Codable, Sendable, Equatable {
         /// No fix taken yet: the next one starts the filter, in a frame around itself.

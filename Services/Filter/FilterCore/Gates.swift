@@ -236,7 +236,8 @@ extension FilterCore {
         let prediction = prediction(fix, judging, track, x: x, y: y, state: state), mahalanobis = prediction.mahalanobis
         // Fixes a second or two apart while moving tell what an accuracy that says nothing is worth.
         if fix.timeMs - track.timeMs <= NoiseCorrelation.pairingMs, state.stop.anchor == nil, state.stop.externalMotion != .stationary {
-            state.kalman.calibration.learn(mahalanobis: mahalanobis, gate: profile.innovationGate, applied: fix.accuracyScale ?? 1)
+            state.kalman.calibration.learn(mahalanobis: mahalanobis, gate: profile.innovationGate, reportedM: fix.accuracyM,
+                                           judgedWith: fix.accuracyScale ?? 1)
         }
         guard mahalanobis > profile.innovationGate else {
             judging.prediction = prediction

@@ -66,11 +66,7 @@ extension FilterCore {
     /// Judges `fix`; returns the verdicts now due, in fix order: none (the fix
     /// is held), one, or more (held fixes and this one).
     public func submit(_ fix: FilterInput, state: inout DeviceFilterState) -> [Judged] {
-        // Judged, held or not, with what the device's accuracy is worth now.
-        var fix = fix
-        state.kalman.calibration.note(reportedM: fix.accuracyM)
-        let scale = state.kalman.accuracyScale
-        fix.accuracyScale = scale == 1 ? nil : scale
+        let fix = calibrated(fix, state: &state)
         var held = state.lookAhead.held
         guard !held.isEmpty else {
             if profile.lookAhead, waitsForNext(fix, state: state) {

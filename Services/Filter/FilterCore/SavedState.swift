@@ -4,7 +4,10 @@ import Model
 /// The saved state is an envelope, `{"version": 2, "state": {…}}`, with one
 /// object per owner inside. Every shape an older release wrote has its
 /// migration here, so a new field is added to its owner as what it is (not
-/// Optional so that old state still decodes) and the version goes up.
+/// Optional so that old state still decodes) and the version goes up. The
+/// service now writes the binary form (`StoredRow.swift`) and JSON rows are
+/// only ever read, so a field added since is read with `decodeIfPresent` by
+/// its owner instead (`KalmanState.calibration`).
 ///
 /// - 1: the releases before the envelope. No `version`, every field at the
 ///   top level; fields added over time are absent in older saves (read as
