@@ -232,18 +232,20 @@ import Testing
         #expect(all.filter { $0.fix.seq != 21 }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 
-    /// North at 12 m/s with Doppler (or without), a fix a second, 10 m
-    /// accuracy; 90 s dark (a tunnel); then a fix a second again. `offsets`:
-    /// how far east each fix out of the tunnel lands (a reflection), by its index there.
-    func outOfATunnel(offsets: [Int: Double], doppler: Bool = true) -> [FilterInput] {
+    /// North at 12 m/s with Doppler (or without), a fix a second (or
+    /// `perSecond`), 10 m accuracy; 90 s dark (a tunnel); then fixes as
+    /// often again. `offsets`: how far east each fix out of the tunnel lands
+    /// (a reflection), by its index there.
+    func outOfATunnel(offsets: [Int: Double], doppler: Bool = true, perSecond: Int = 1) -> [FilterInput] {
         func fix(_ seq: Int64, t: Double, x: Double) -> FilterInput {
             var fix = self.fix(seq, t: t, x: x, y: t * 12, east: 0, north: 12)
             fix.accuracyM = 10
             if !doppler { (fix.speedMps, fix.courseDeg) = (nil, nil) }
             return fix
         }
-        let before = (0..<20).map { fix(Int64($0 + 1), t: Double($0), x: 0) }
-        let after = (0..<20).map { fix(Int64(21 + $0), t: 19 + 90 + Double($0), x: offsets[$0] ?? 0) }
+        let n = 20 * perSecond, step = 1 / Double(perSecond)
+        let before = (0..<n).map { fix(Int64($0 + 1), t: Double($0) * step, x: 0) }
+        let after = (0..<n).map { fix(Int64(n + 1 + $0), t: 19 + 90 + Double($0) * step, x: offsets[$0] ?? 0) }
         return before + after
     }
 
@@ -282,13 +284,15 @@ import Testing
     /// Three: taken once two had followed it, the first went through, and
     /// the true fixes after the burst were refused for a recovery's 10 s.
     /// Seven, a phone's multipath lasting seconds: three had followed it by
-    /// 3 s, and it was taken.
-    @Test(arguments: [3, 7])
-    func aBurstOfReflectionsOutOfATunnelIsRejected(length: Int) {
-        let all = run(outOfATunnel(offsets: burstEast(0...(length - 1)))).all
-        let last = Int64(20 + length)
-        #expect(all.map { $0.fix.seq } == (1...40).map(Int64.init), "one verdict per fix, in order")
-        #expect(all.filter { (21...last).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
+    /// 3 s, and it was taken. Twelve at 2 Hz (6 s): ten fixes ended the
+    /// wait after 5 s, the burst was taken and the road after it refused
+    /// for 10 s.
+    @Test(arguments: [(3, 1), (7, 1), (12, 2)])
+    func aBurstOfReflectionsOutOfATunnelIsRejected(length: Int, perSecond: Int) {
+        let all = run(outOfATunnel(offsets: burstEast(0...(length - 1)), perSecond: perSecond)).all
+        let first = Int64(20 * perSecond + 1), last = first + Int64(length) - 1
+        #expect(all.map { $0.fix.seq } == (1...Int64(40 * perSecond)).map { $0 }, "one verdict per fix, in order")
+        #expect(all.filter { (first...last).contains($0.fix.seq) }.allSatisfy { $0.verdict.point == nil }, "\(all.map { $0.verdict.decision.reason })")
         #expect(all.filter { $0.fix.seq > last }.allSatisfy { $0.verdict.rejection?.isOutlier != true }, "\(all.map { $0.verdict.decision.reason })")
     }
 

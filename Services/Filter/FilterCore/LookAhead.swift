@@ -38,6 +38,8 @@ extension FilterCore {
     /// bursts last seconds (a phone's 3–8 s here).
     static let burstWindowMs: Int64 = 8_000
     static let burstFixes = 10
+    /// The most fixes a burst's length may count (`burstFixes(after:_:)`): 8 s at 5 Hz.
+    static let burstFixesAtMost = 42
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
     /// A silence this long (a tunnel), from a device seconds apart: see `comesOutOfSilence`.
@@ -138,8 +140,9 @@ extension FilterCore {
     /// came while another was held, which was judged just now.
     private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, queued: Bool,
                            state: inout DeviceFilterState) -> Verdict? {
-        // Waited a burst's length: up to `burstWindowMs` of fix time, or `burstFixes` fixes.
-        let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= Self.burstFixes
+        // Waited a burst's length: up to `burstWindowMs` of fix time, or its worth of fixes.
+        let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs
+            || later.count >= Self.burstFixes(after: held, later)
         if comesOutOfSilence(held, state: state) {
             return resolveAfterSilence(held, later: later, silent: silent, waitedBurst: waitedBurst, state: &state)
         }
@@ -329,6 +332,33 @@ extension FilterCore {
         return reject(held, .isolatedJump, state: state, measured: heldOnOld.distance, limit: back.distance)
     }
 
+    /// How many fixes after `held` make a burst's length when their times do
+    /// not (fixes stamped alike, or out of order): `burstFixes` at 1 Hz or
+    /// slower; from a device reporting faster, the window's worth at the
+    /// rate they came (8 s at 2 Hz is 18), up to `burstFixesAtMost`. A fixed
+    /// ten ended the wait at 2 Hz after 5 s, before the 8 s rules could
+    /// tell a burst from the road.
+    static func burstFixes(after held: FilterInput, _ later: [FilterInput]) -> Int {
+        let intervalMs = meanIntervalMs(after: held, later)
+        let window = Int((burstWindowMs + intervalMs - 1) / intervalMs) + 2
+        return min(burstFixesAtMost, max(burstFixes, window))
+    }
+
+    /// The fixes after `held` its stories weigh: the first `storyFixes` of
+    /// them about a second apart (every second one at 2 Hz), so that they
+    /// span as long as at 1 Hz. Twelve fixes at 2 Hz spanned a 7 s burst
+    /// alone, which then told the held reflection's story as the track's.
+    static func storyFixes(after held: FilterInput, _ later: [FilterInput]) -> [FilterInput] {
+        guard !later.isEmpty else { return [] }
+        let intervalMs = meanIntervalMs(after: held, later), every = max(1, Int((1_000 + intervalMs / 2) / intervalMs))
+        return stride(from: every - 1, to: later.count, by: every).prefix(storyFixes).map { later[$0] }
+    }
+
+    /// The mean interval of the fixes after `held` (ms; at least 1).
+    static func meanIntervalMs(after held: FilterInput, _ later: [FilterInput]) -> Int64 {
+        max(1, (later[later.count - 1].timeMs - held.timeMs) / Int64(later.count))
+    }
+
     /// Whether `fix` is the first after a silence (a tunnel): `silenceMs` or
     /// more without a fix from a device that reported seconds apart before
     /// it, or, with a usable Doppler velocity (a course from 2 m/s, or
@@ -421,10 +451,10 @@ extension FilterCore {
             return jump(against: group)
         }
         // A group against it, once three witnesses came, waits to outlast a burst, twice as long at most.
-        let witnessedEnough = witnessed >= Self.agreeingAfterSilence
+        let witnessedEnough = witnessed >= Self.agreeingAfterSilence, burstFixes = Self.burstFixes(after: held, later)
         let waited = witnessedEnough && !groups.isEmpty
-            ? newest.timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * Self.burstFixes
-            : (witnessedEnough && waitedBurst) || later.count >= Self.burstFixes
+            ? newest.timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * burstFixes
+            : (witnessedEnough && waitedBurst) || later.count >= burstFixes
         guard silent || waited else { return nil }
         // Out of time, and not one fix was counted for it.
         if following == 0, let group = groups.max(by: { $0.count < $1.count }), group.count >= Self.agreeingAfterSilence {
@@ -536,7 +566,7 @@ extension FilterCore {
     func jumpProbability(_ held: FilterInput, later: [FilterInput], state: DeviceFilterState, alone: Bool = false) -> Double? {
         guard let start = storyStart(held, state, steady: true) else { return nil }
         let (frame, east, north) = (start.frame, start.east, start.north)
-        let fixes = [held] + later.prefix(Self.storyFixes)
+        let fixes = [held] + Self.storyFixes(after: held, later)
         let standing = (east: Self.standing(east), north: Self.standing(north))
         var heldJumps = -Double.infinity, all = -Double.infinity
         for story in 0..<(1 << fixes.count) {
