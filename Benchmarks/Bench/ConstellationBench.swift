@@ -50,14 +50,14 @@ enum ConstellationBench {
         // A fleet on the road: the drives stand still for their first minutes, so
         // a device with few rounds starts where its drive is under way (fix 700),
         // or as late as its rounds still fit in the drive (with more rounds than
-        // the drive has fixes, from the start, and it wraps back in time).
+        // the drive has fixes, from the start, and again from the start later on, `fix(_:_:)`).
         let rounds = (count + devices - 1) / devices
         let underWay = max(0, min(700, 1_600 - rounds - warmup))
         func send(rounds range: Range<Int>, limit: Int) async throws {
             var sent = 0
             for round in range where sent < limit {
                 for device in 0..<devices where sent < limit {
-                    let fix = drives[device % 20][(underWay + round) % 1_600]
+                    let fix = ConstellationBench.fix(drives[device % 20], underWay + round)
                     try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
                     sent += 1
                 }
@@ -136,6 +136,15 @@ enum ConstellationBench {
                          Double(memory?.peak ?? 0) / 1_048_576, Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576))
         }
         await client.disconnect()
+    }
+
+    /// The drive's `index`-th fix; past its end, the drive again from the
+    /// start, later by as long as it lasted (sent back in time, the fixes
+    /// were refused as out of order and the run waited for them for an hour).
+    static func fix(_ drive: [DeviceFix], _ index: Int) -> DeviceFix {
+        var fix = drive[index % drive.count]
+        fix.t += Double(index / drive.count) * (drive[drive.count - 1].t - drive[0].t + 1)
+        return fix
     }
 
     /// Waits until the track has stored and the uploader delivered the
@@ -225,7 +234,7 @@ enum ConstellationBench {
             let device = "\(tag)-\(i % devices)", k = warmup + i / devices
             sentAt.withLock { $0["\(device):\(k + 1)"] = ContinuousClock.now }
             try client.publish(MQTTMessage(topic: "tracker/\(device)/fixes",
-                                           string: DemoRecording.line(drives[(i % devices) % 20][(underWay + k) % 1_600])))
+                                           string: DemoRecording.line(fix(drives[(i % devices) % 20], underWay + k))))
         }
         await client.drain(timeout: .seconds(60))
         // The last events trail the last publish by the pipeline's latency.
