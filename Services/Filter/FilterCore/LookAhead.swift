@@ -38,7 +38,7 @@ extension FilterCore {
     /// bursts last seconds (a phone's 3–8 s here).
     static let burstWindowMs: Int64 = 8_000
     static let burstFixes = 10
-    /// The most fixes a burst's length may count (`burstFixes(after:_:)`): 8 s at 5 Hz.
+    /// The most fixes a burst's length may count (`fixesInABurst(after:_:)`): 8 s at 5 Hz.
     static let burstFixesAtMost = 42
     /// The next fix within this many standard deviations of the old track is "back on it".
     static let backOnTrackSigma = 3.0
@@ -141,10 +141,10 @@ extension FilterCore {
     private func judgeHeld(_ held: FilterInput, later: [FilterInput], silent: Bool, queued: Bool,
                            state: inout DeviceFilterState) -> Verdict? {
         // Waited a burst's length: up to `burstWindowMs` of fix time, or its worth of fixes.
-        let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs
-            || later.count >= Self.burstFixes(after: held, later)
+        let burstFixes = Self.fixesInABurst(after: held, later)
+        let waitedBurst = later[later.count - 1].timeMs - held.timeMs >= Self.burstWindowMs || later.count >= burstFixes
         if comesOutOfSilence(held, state: state) {
-            return resolveAfterSilence(held, later: later, silent: silent, waitedBurst: waitedBurst, state: &state)
+            return resolveAfterSilence(held, later: later, silent: silent, waitedBurst: waitedBurst, burstFixes: burstFixes, state: &state)
         }
         // A fix with Doppler that came while another was held, and would not
         // have waited on its own (seconds behind the first out of a tunnel),
@@ -338,7 +338,7 @@ extension FilterCore {
     /// rate they came (8 s at 2 Hz is 18), up to `burstFixesAtMost`. A fixed
     /// ten ended the wait at 2 Hz after 5 s, before the 8 s rules could
     /// tell a burst from the road.
-    static func burstFixes(after held: FilterInput, _ later: [FilterInput]) -> Int {
+    static func fixesInABurst(after held: FilterInput, _ later: [FilterInput]) -> Int {
         let intervalMs = meanIntervalMs(after: held, later)
         let window = Int((burstWindowMs + intervalMs - 1) / intervalMs) + 2
         return min(burstFixesAtMost, max(burstFixes, window))
@@ -348,7 +348,7 @@ extension FilterCore {
     /// them about a second apart (every second one at 2 Hz), so that they
     /// span as long as at 1 Hz. Twelve fixes at 2 Hz spanned a 7 s burst
     /// alone, which then told the held reflection's story as the track's.
-    static func storyFixes(after held: FilterInput, _ later: [FilterInput]) -> [FilterInput] {
+    static func weighedInStories(after held: FilterInput, _ later: [FilterInput]) -> [FilterInput] {
         guard !later.isEmpty else { return [] }
         let intervalMs = meanIntervalMs(after: held, later), every = max(1, Int((1_000 + intervalMs / 2) / intervalMs))
         return stride(from: every - 1, to: later.count, by: every).prefix(storyFixes).map { later[$0] }
@@ -414,10 +414,10 @@ extension FilterCore {
     /// - Nil while they leave it open and it may wait: until the device falls
     ///   `silent`, or it `waitedBurst` (twice as long while a group of three
     ///   witnesses against it waits to outlast a burst) and three witnesses
-    ///   came, or `burstFixes` fixes (twice as many then) came. A wait that
+    ///   came, or `burstFixes` (`fixesInABurst`; twice as many then) came. A wait that
     ///   ends first takes it, unless not one fix was counted for it and a
     ///   group of `agreeingAfterSilence` was.
-    func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], silent: Bool, waitedBurst: Bool,
+    func resolveAfterSilence(_ held: FilterInput, later: [FilterInput], silent: Bool, waitedBurst: Bool, burstFixes: Int,
                              state: inout DeviceFilterState) -> Verdict? {
         var through = state
         let verdict = assess(held, state: &through)
@@ -451,7 +451,7 @@ extension FilterCore {
             return jump(against: group)
         }
         // A group against it, once three witnesses came, waits to outlast a burst, twice as long at most.
-        let witnessedEnough = witnessed >= Self.agreeingAfterSilence, burstFixes = Self.burstFixes(after: held, later)
+        let witnessedEnough = witnessed >= Self.agreeingAfterSilence
         let waited = witnessedEnough && !groups.isEmpty
             ? newest.timeMs - held.timeMs >= 2 * Self.burstWindowMs || later.count >= 2 * burstFixes
             : (witnessedEnough && waitedBurst) || later.count >= burstFixes
@@ -566,7 +566,7 @@ extension FilterCore {
     func jumpProbability(_ held: FilterInput, later: [FilterInput], state: DeviceFilterState, alone: Bool = false) -> Double? {
         guard let start = storyStart(held, state, steady: true) else { return nil }
         let (frame, east, north) = (start.frame, start.east, start.north)
-        let fixes = [held] + Self.storyFixes(after: held, later)
+        let fixes = [held] + Self.weighedInStories(after: held, later)
         let standing = (east: Self.standing(east), north: Self.standing(north))
         var heldJumps = -Double.infinity, all = -Double.infinity
         for story in 0..<(1 << fixes.count) {
