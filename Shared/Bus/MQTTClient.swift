@@ -206,6 +206,13 @@ public final class MQTTClient: @unchecked Sendable {
         loop.setPeriodic(every: interval.seconds, body)
     }
 
+    /// Work the periodic call left for later passes: after each periodic
+    /// call, `body` runs on the network thread every `interval` until it
+    /// returns false, reading what arrives between its calls.
+    public func setFollowUp(every interval: Duration, _ body: @escaping @Sendable () -> Bool) {
+        loop.setFollowUp(every: interval.seconds, body)
+    }
+
     /// Messages as an async sequence. Installs the handler, so use one or the other.
     public func messages() -> AsyncStream<MQTTMessage> {
         let (stream, continuation) = AsyncStream.makeStream(of: MQTTMessage.self, bufferingPolicy: .unbounded)

@@ -53,6 +53,7 @@ final class NetworkLoop: @unchecked Sendable {
         var beforeAcknowledging: (@Sendable () -> Bool)?
         var connector: (@Sendable () -> Int32)?
         var periodic: (interval: Double, body: @Sendable () -> Void)?
+        var followUp: (interval: Double, body: @Sendable () -> Bool)?
         var readGate: (@Sendable () -> Bool)?
     }
     /// Set once, before `start`.
@@ -90,6 +91,14 @@ final class NetworkLoop: @unchecked Sendable {
     /// the batch) of the messages, so it needs no lock.
     func setPeriodic(every interval: Double, _ body: @escaping @Sendable () -> Void) {
         callbacks.withLock { $0.periodic = (interval, body) }
+    }
+
+    /// Work a periodic call left for later passes: after each one, `body`
+    /// runs again every `interval` (before that pass's commit hook) until
+    /// it returns false, so the loop reads between its slices. It waits
+    /// while reading is held (see `setReadGate`, `holdReading`).
+    func setFollowUp(every interval: Double, _ body: @escaping @Sendable () -> Bool) {
+        callbacks.withLock { $0.followUp = (interval, body) }
     }
 
     /// Asked before every read: false holds incoming messages at the broker
@@ -222,6 +231,8 @@ final class NetworkLoop: @unchecked Sendable {
         var everAttempted = false
         var pollFailures = 0
         var nextTick = DispatchTime.now()
+        // When the periodic call's follow-up runs next; nil when it has nothing left.
+        var nextFollowUp: DispatchTime?
         while true {
             let socket = mosquitto_socket(mosq)
             if socket < 0 {
@@ -253,10 +264,12 @@ final class NetworkLoop: @unchecked Sendable {
                 pollfd(fd: socket, events: (reading ? Int16(POLLIN) : 0) | (mosquitto_want_write(mosq) ? Int16(POLLOUT) : 0), revents: 0),
                 pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0),
             ]
-            let tick = callbacks.withLock { $0.periodic }
-            let untilTick = tick.map { _ in Int32(clamping: (nextTick.uptimeNanoseconds &- min(nextTick.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000) } ?? 1_000
+            let (tick, followUp) = callbacks.withLock { ($0.periodic, $0.followUp) }
+            let untilTick = tick.map { _ in Self.milliseconds(until: nextTick) } ?? 1_000
+            // A follow-up waits while reading is held: it must not shorten that wait to a spin.
+            let untilFollowUp = reading ? nextFollowUp.map { Self.milliseconds(until: $0) } ?? 1_000 : 1_000
             // Held back: look again soon, the gate opens as output drains.
-            let ready = poll(&fds, 2, min(reading ? 1_000 : 20, max(0, untilTick)))
+            let ready = poll(&fds, 2, min(reading ? 1_000 : 20, max(0, min(untilTick, untilFollowUp))))
             if ready < 0 {
                 guard errno != EINTR else { continue }
                 // Not a signal: back off instead of spinning on the same error.
@@ -288,6 +301,10 @@ final class NetworkLoop: @unchecked Sendable {
             if let tick, DispatchTime.now() >= nextTick {
                 tick.body()
                 nextTick = DispatchTime.now() + tick.interval
+                nextFollowUp = followUp.map { DispatchTime.now() + $0.interval }
+            } else if reading, let due = nextFollowUp, DispatchTime.now() >= due {
+                // Not while reading is held: output is behind, or the last batch could not be stored.
+                nextFollowUp = followUp.flatMap { $0.body() ? DispatchTime.now() + $0.interval : nil }
             }
             // Everything read so far is handled: let the owner commit it
             // before any acknowledgement leaves.
@@ -309,6 +326,11 @@ final class NetworkLoop: @unchecked Sendable {
     /// Read calls per batch before the owner must commit (each call may handle
     /// several packets; the receive maximum bounds how many are in flight).
     static let maxBatch = 512
+
+    /// Whole milliseconds from now until `time`, 0 once it has passed.
+    private static func milliseconds(until time: DispatchTime) -> Int32 {
+        Int32(clamping: (time.uptimeNanoseconds &- min(time.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000)
+    }
 
     private static func readable(_ socket: Int32) -> Bool {
         guard socket >= 0 else { return false }

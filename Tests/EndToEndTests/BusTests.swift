@@ -106,4 +106,55 @@ import Testing
         await publisher.disconnect()
         await subscriber.disconnect()
     }
+
+    /// Polls `condition` until it holds or 10 s pass.
+    func eventually(_ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !condition(), ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(2)) }
+        return condition()
+    }
+
+    /// What a periodic call leaves runs in slices after it, until the slice
+    /// says nothing is left, and not at all while reading is held.
+    @Test func aPeriodicCallsFollowUpRunsUntilItIsDoneAndWaitsWhileReadingIsHeld() async throws {
+        struct Loop { var reading = true, gateSaid = true, armed = false, armedAt = 0, ticks = 0, left = 0, slices = 0, whileHeld = 0 }
+        let broker = try TestBroker()
+        let loop = Mutex(Loop())
+        let received = Mutex(0)
+        let looping = try MQTTClient(MQTTOptions(port: broker.port, clientID: "bus-follow-up", cleanStart: true))
+        looping.setHandler { _ in received.withLock { $0 += 1 } }
+        looping.setReadGate { loop.withLock { $0.gateSaid = $0.reading; return $0.reading } }
+        // The call after arming leaves five slices; every other call nothing.
+        looping.setPeriodic(every: .milliseconds(20)) {
+            loop.withLock { l in
+                l.ticks += 1
+                if l.armed { (l.armed, l.armedAt, l.left, l.slices) = (false, l.ticks, 5, 0) }
+            }
+        }
+        looping.setFollowUp(every: .milliseconds(2)) {
+            loop.withLock { l in
+                l.slices += 1
+                if !l.gateSaid { l.whileHeld += 1 }
+                l.left -= 1
+                return l.left > 0
+            }
+        }
+        try await looping.connect()
+        try await looping.subscribe(["bench/follow-up"])
+        loop.withLock { $0.reading = false; $0.armed = true }
+        // Three calls (60 ms, thirty follow-up intervals) with reading held: no slice ran.
+        #expect(await eventually { loop.withLock { !$0.armed && $0.ticks >= $0.armedAt + 3 } })
+        #expect(loop.withLock { $0.slices } == 0)
+        loop.withLock { $0.reading = true }
+        #expect(await eventually { loop.withLock { $0.slices >= 5 } })
+        // Passes that read after it: the follow-up said it was done, and ran once more a call at most.
+        let publisher = try await client(broker, id: "bus-follow-up-pub")
+        for i in 0..<50 { try await publisher.publishAndWait(MQTTMessage(topic: "bench/follow-up", string: "\(i)")) }
+        #expect(await eventually { received.withLock { $0 } == 50 })
+        let l = loop.withLock { $0 }
+        #expect(l.slices <= 5 + (l.ticks - l.armedAt), "\(l.slices) slices over \(l.ticks - l.armedAt) calls")
+        #expect(l.whileHeld == 0)
+        await publisher.disconnect()
+        await looping.disconnect()
+    }
 }

@@ -23,7 +23,7 @@ struct Tally: Codable, Equatable {
 
 /// A service with one sequenced input (`raw`), one external one (`fixes`),
 /// an outbox log and a command: small enough to check the host alone.
-func tallyService(keep: Int = 1_000, maxTotal: Int? = nil) -> ServiceDefinition<Tally> {
+func tallyService(keep: Int = 1_000, maxTotal: Int? = nil, sweep: SweepRoute<Tally>? = nil) -> ServiceDefinition<Tally> {
     ServiceDefinition(name: "filter", migrations: [("items", DeviceLog.schema("items"))], rows: .json(fresh: { Tally() })) { db in
         let items = try DeviceLog(db: db, table: "items")
         let apply: (Item, Work<Tally>) throws -> Void = { item, work in
@@ -46,6 +46,7 @@ func tallyService(keep: Int = 1_000, maxTotal: Int? = nil) -> ServiceDefinition<
             ],
             outbox: OutboxRoute(log: items) { "\($0.prefix)/\($1)/points" },
             retention: [LogRetention(items, keepPerDevice: keep, maxTotal: maxTotal)],
+            sweep: sweep,
             startOver: { _, _ in Tally() })  // an item's seq is its input's
     }
 }

@@ -1,0 +1,110 @@
+import Bus
+import Foundation
+import TrackerLog
+import Model
+@testable import Runtime
+import Synchronization
+import TestSupport
+import Testing
+
+/// A large sweep is looked at a slice at a time, between passes that read:
+/// a fleet fallen silent at once must not hold up the fixes arriving
+/// meanwhile, nor reach the services after this one in one burst.
+@Suite struct SweepSliceTests {
+    /// The devices the sweep finds due, and how many messages each one's sweep publishes.
+    final class Due: Sendable {
+        let state = Mutex<(devices: [DeviceID], messages: Int)>(([], 1))
+        func set(_ devices: [String], messages: Int = 1) {
+            state.withLock { $0 = (devices.compactMap { DeviceID($0) }, messages) }
+        }
+        /// Asked once a sweep: what it returns is the sweep's whole list.
+        func take() -> [DeviceID] { state.withLock { s in defer { s.devices = [] }; return s.devices } }
+        var messages: Int { state.withLock { $0.messages } }
+    }
+
+    let bus = RecordingBus()
+    let clock = ManualClock()
+    let database = TemporaryDatabase("sweep")
+    let due = Due()
+
+    func host() throws -> ServiceHost<Tally> {
+        let sweep = SweepRoute<Tally>(every: .seconds(1), candidates: { [due] _ in due.take() }, apply: { [due] work in
+            work.row.total += 1_000
+            for _ in 0..<due.messages { work.emit(.diagnostic(code: "swept", message: work.device.rawValue)) }
+        })
+        return try ServiceHost(tallyService(sweep: sweep), databasePath: database.path, bus: bus, topics: Topics(),
+                               logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), clock: clock,
+                               cacheCapacity: 100, cacheBudgetBytes: 8 << 20, pause: { _ in }).runningParts()
+    }
+
+    func swept() -> [String] {
+        bus.events().compactMap { if case .diagnostic("swept", let device) = $0.body { device } else { nil } }
+    }
+
+    func item(_ device: String, _ seq: Int64) -> MQTTMessage {
+        MQTTMessage(topic: "tracker/\(device)/raw", payload: JSONCoding.bytes(Item(seq: seq, epoch: "e1", value: 1)))
+    }
+
+    @Test func aLargeSweepIsLookedAtASliceAtATimeWithFixesReadBetween() throws {
+        let host = try host()
+        let fleet = (0..<20).map { "d\($0)" }
+        due.set(fleet)
+        host.tick()
+        #expect(host.commit())
+        #expect(swept() == Array(fleet.prefix(ServiceHost<Tally>.sweepSliceDevices)))
+        // A fix read between slices is published with its pass, not after the rest of the sweep.
+        host.receive(item("d19", 1))
+        #expect(host.continueSweep())
+        #expect(host.commit())
+        #expect(bus.messages(topicSuffix: "tracker/d19/points").count == 1)
+        #expect(swept() == Array(fleet.prefix(2 * ServiceHost<Tally>.sweepSliceDevices)))
+        #expect(!host.continueSweep(), "the last slice says nothing is left")
+        #expect(host.commit())
+        #expect(swept() == fleet)
+        #expect(!host.continueSweep())
+        // Every device swept once; the one that sent a fix meanwhile has both.
+        #expect(try HostHarness.total(host, bus: bus, "d19") == 1_001)
+        #expect(try HostHarness.total(host, bus: bus, "d0") == 1_000)
+    }
+
+    @Test func aSliceEndsOnceItHasPublishedItsShareOfMessages() throws {
+        let host = try host()
+        // Ten messages a device: the slice's 24 are reached by the third.
+        due.set((0..<5).map { "d\($0)" }, messages: 10)
+        host.tick()
+        #expect(host.commit())
+        #expect(swept().count == 30)
+        #expect(!host.continueSweep())
+        #expect(host.commit())
+        #expect(swept().count == 50)
+    }
+
+    @Test func theNextSweepAsksForCandidatesOnlyOnceTheQueueIsEmpty() throws {
+        let host = try host()
+        due.set((0..<10).map { "d\($0)" })
+        host.tick()
+        #expect(host.commit())
+        // A second of the clock later, two devices still wait: the sweep does not ask again (its answer is taken from `due`).
+        due.set(["late"])
+        clock.advance(by: .seconds(1))
+        host.tick()
+        #expect(host.commit())
+        #expect(swept().count == 10, "the queued two, not a new list")
+        clock.advance(by: .seconds(1))
+        host.tick()
+        #expect(host.commit())
+        #expect(swept().last == "late")
+    }
+}
+
+extension HostHarness {
+    /// The tally service's total for `device`, through its command.
+    static func total(_ host: ServiceHost<Tally>, bus: RecordingBus, _ device: String) throws -> Int64? {
+        let command = MQTTMessage(topic: "tracker/\(device)/cmd/getDecisions", payload: [], responseTopic: "tracker/\(device)/reply/total")
+        bus.clear()
+        host.receive(command)
+        #expect(host.commit())
+        let reply = try #require(bus.messages(topicSuffix: "tracker/\(device)/reply/total").last)
+        return try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).result?.int64Value
+    }
+}
