@@ -525,7 +525,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// device releasing fixes it held), and the services after this one
     /// take what it releases a slice at a time, not in one burst (measured:
     /// 68 devices releasing 1,431 messages in one commit held 1,000 fixes/s
-    /// over 10,000 devices up by 50–100 ms, docs/benchmarks/2026-12-07-sweep.md).
+    /// over 10,000 devices up by 50–89 ms at p99, docs/benchmarks/2026-12-07-sweep.md).
     public func continueSweep() -> Bool {
         checkThread()
         guard !sweepQueue.isEmpty else { return false }
