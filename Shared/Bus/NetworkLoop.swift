@@ -301,7 +301,8 @@ final class NetworkLoop: @unchecked Sendable {
             if let tick, DispatchTime.now() >= nextTick {
                 tick.body()
                 nextTick = DispatchTime.now() + tick.interval
-                nextFollowUp = followUp.map { DispatchTime.now() + $0.interval }
+                // A follow-up already due keeps its time: ticks as often as its interval must not starve it.
+                nextFollowUp = nextFollowUp ?? followUp.map { DispatchTime.now() + $0.interval }
             } else if reading, let due = nextFollowUp, DispatchTime.now() >= due {
                 // Not while reading is held: output is behind, or the last batch could not be stored.
                 nextFollowUp = followUp.flatMap { $0.body() ? DispatchTime.now() + $0.interval : nil }
@@ -327,9 +328,10 @@ final class NetworkLoop: @unchecked Sendable {
     /// several packets; the receive maximum bounds how many are in flight).
     static let maxBatch = 512
 
-    /// Whole milliseconds from now until `time`, 0 once it has passed.
+    /// Milliseconds from now until `time`, rounded up (a poll that wakes a
+    /// fraction early would spin until it is due), 0 once it has passed.
     private static func milliseconds(until time: DispatchTime) -> Int32 {
-        Int32(clamping: (time.uptimeNanoseconds &- min(time.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1_000_000)
+        Int32(clamping: (time.uptimeNanoseconds &- min(time.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds) + 999_999) / 1_000_000)
     }
 
     private static func readable(_ socket: Int32) -> Bool {

@@ -207,8 +207,8 @@ public enum ServiceRunner {
 
 extension ServiceRunner {
     /// How often a sweep's next slice is looked at while candidates wait
-    /// (see `ServiceHost.continueSweep`): at most 800 devices and 2,400
-    /// messages a second, beside the fixes read in between.
+    /// (see `ServiceHost.continueSweep`): about 800 devices a second at
+    /// most, beside the fixes read in between.
     static let sweepSliceInterval = Duration.milliseconds(10)
 
     /// Hands `client`'s messages, commits and connects to `host`, confined

@@ -110,7 +110,7 @@ import Testing
     /// Polls `condition` until it holds or 10 s pass.
     func eventually(_ condition: () -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + .seconds(10)
-        while !condition(), ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(2)) }
+        while !condition(), ContinuousClock.now < deadline { await Task.yield() }
         return condition()
     }
 

@@ -13,14 +13,20 @@ import Testing
 @Suite struct SweepSliceTests {
     /// The devices the sweep finds due, and how many messages each one's sweep publishes.
     final class Due: Sendable {
-        let state = Mutex<(devices: [DeviceID], messages: Int)>(([], 1))
-        func set(_ devices: [String], messages: Int = 1) {
-            state.withLock { $0 = (devices.compactMap { DeviceID($0) }, messages) }
+        let state = Mutex<(devices: [DeviceID], messages: Int, failing: String?)>(([], 1, nil))
+        /// `failing`'s sweep throws, once.
+        func set(_ devices: [String], messages: Int = 1, failing: String? = nil) {
+            state.withLock { $0 = (devices.compactMap { DeviceID($0) }, messages, failing) }
         }
         /// Asked once a sweep: what it returns is the sweep's whole list.
         func take() -> [DeviceID] { state.withLock { s in defer { s.devices = [] }; return s.devices } }
         var messages: Int { state.withLock { $0.messages } }
+        func fails(_ device: DeviceID) -> Bool {
+            state.withLock { s in defer { if s.failing == device.rawValue { s.failing = nil } }; return s.failing == device.rawValue }
+        }
     }
+
+    struct SweepFailed: Error {}
 
     let bus = RecordingBus()
     let clock = ManualClock()
@@ -29,6 +35,7 @@ import Testing
 
     func host() throws -> ServiceHost<Tally> {
         let sweep = SweepRoute<Tally>(every: .seconds(1), candidates: { [due] _ in due.take() }, apply: { [due] work in
+            if due.fails(work.device) { throw SweepFailed() }
             work.row.total += 1_000
             for _ in 0..<due.messages { work.emit(.diagnostic(code: "swept", message: work.device.rawValue)) }
         })
@@ -69,16 +76,51 @@ import Testing
 
     @Test func aSliceEndsOnceItHasPublishedItsShareOfMessages() throws {
         let host = try host()
-        // Ten messages a device: the slice's 24 are reached by the third.
+        // Ten messages a device: the slice's 16 are reached by the second.
         due.set((0..<5).map { "d\($0)" }, messages: 10)
         host.tick()
         #expect(host.commit())
-        #expect(swept().count == 30)
+        #expect(swept().count == 20)
+        #expect(host.continueSweep())
+        #expect(host.commit())
+        #expect(swept().count == 40)
         #expect(!host.continueSweep())
         #expect(host.commit())
         #expect(swept().count == 50)
     }
 
+    @Test func aSliceTakesNothingOnABatchThatFailedAndTheNextGoesOn() throws {
+        let host = try host()
+        let fleet = (0..<20).map { "d\($0)" }
+        due.set(fleet, failing: "d3")
+        host.tick()  // d0…d2 applied, then d3 throws: the batch has failed
+        #expect(host.continueSweep(), "the rest still waits")
+        #expect(!host.commit(), "the failed batch is not stored")
+        #expect(swept().isEmpty)
+        // A new batch: the slice after d3, not what the failed batch's slice would have taken.
+        #expect(host.continueSweep())
+        #expect(host.commit())
+        #expect(swept() == Array(fleet[4..<12]))
+        #expect(try HostHarness.total(host, bus: bus, "d0") == 0, "rolled back with its batch (a real sweep finds it due again)")
+    }
+
+    /// The network loop drives the slices: with ticks an hour apart, the
+    /// first tick's sweep still ends, slice after slice, between reads.
+    @Test func theNetworkLoopLooksAtEverySliceWithoutWaitingForATick() async throws {
+        let broker = try TestBroker()
+        let host = try host()
+        let fleet = (0..<30).map { "d\($0)" }
+        due.set(fleet)
+        let input = try MQTTClient(MQTTOptions(port: broker.port, clientID: "sweep-slices", cleanStart: true))
+        let output = try MQTTClient(MQTTOptions(port: broker.port, clientID: "sweep-slices-out", cleanStart: true))
+        ServiceRunner.drive(host, from: input, output: output, pressure: OutputPressure(limit: 1_000, counters: HealthCounters()),
+                            tickInterval: .seconds(3_600)) { host.tick() }
+        try await input.connect()
+        let deadline = ContinuousClock.now + .seconds(10)
+        while swept().count < fleet.count, ContinuousClock.now < deadline { await Task.yield() }
+        #expect(swept() == fleet)
+        await input.disconnect()
+    }
     @Test func theNextSweepAsksForCandidatesOnlyOnceTheQueueIsEmpty() throws {
         let host = try host()
         due.set((0..<10).map { "d\($0)" })

@@ -90,6 +90,16 @@ final class BatchEffects {
         fixAgeMs = mark.fixAgeMs
     }
 
+    /// The messages to publish among the items from `index` on.
+    func messages(from index: Int) -> Int {
+        items[index...].reduce(0) { count, item in
+            switch item {
+            case .publish, .conflated, .outbox, .reply: count + 1
+            case .count, .afterCommit: count
+            }
+        }
+    }
+
     func reset() {
         items.removeAll(keepingCapacity: true)
         processed = 0
