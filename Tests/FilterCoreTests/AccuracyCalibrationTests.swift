@@ -57,6 +57,15 @@ import Testing
         #expect(abs(scale - 3) < 0.01, "\(scale)")
     }
 
+    /// Under 0.3 m reported even ten times it is under the 2 m floor: the
+    /// learning kept a range whose lower end passed its upper, and trapped
+    /// (a survey receiver's constant 0.02 m crashed the filter at its 61st fix).
+    @Test(arguments: [0.29, 0.02, 1e-9])
+    func anAccuracyUnderTheFloorEvenTenTimesOverIsLearnedWithoutATrap(_ reportedM: Double) {
+        let scale = calibrated(reportedM: reportedM, truth: 1, count: 200).scale(inflation: 1)
+        #expect(scale == AccuracyCalibration.scaleRange.upperBound)
+    }
+
     @Test func persistingErrorsRaiseTheScaleByTheRootOfTheirInflation() {
         let calibration = calibrated(truth: 1, count: 600)
         #expect(abs(calibration.scale(inflation: 4) / calibration.scale(inflation: 1) - 2) < 1e-9)
@@ -120,6 +129,15 @@ import Testing
         #expect(try judged(NoiseVariant("default", withSpeed: false)).judged.allSatisfy { $0.fix.accuracyScale == nil })
         let sparse = try judged(NoiseVariant("says 10 m every 5 s", every: 5, withSpeed: false, reportedAccuracy: 10))
         #expect(sparse.judged.allSatisfy { $0.fix.accuracyScale == nil })
+    }
+
+    /// A survey receiver reporting 0.02 m on every fix: judged through the
+    /// whole drive (the learning trapped at the 61st fix, taking the filter
+    /// down with every fix of the device redelivered).
+    @Test func aReceiverReportingCentimetresIsJudgedThroughTheDrive() throws {
+        let (judged, state) = try judged(NoiseVariant("says 2 cm", withSpeed: false, reportedAccuracy: 0.02))
+        #expect(judged.count > 1_000)
+        #expect(state.kalman.accuracyScale == AccuracyCalibration.scaleRange.upperBound, "\(state.kalman.accuracyScale)")
     }
 
     /// `judge` (no look-ahead) calibrates as `submit` does.

@@ -73,8 +73,10 @@ public struct AccuracyCalibration: Codable, Sendable, Equatable {
         let said = log(max(capped * capped * scale * scale, 1e-12)) - Self.meanLogChiSquared2
         weight += 1
         let step = 1 / min(weight, Self.memory)
-        let bounds = 2 * log(lowestUsefulScale)...2 * log(Self.scaleRange.upperBound)
-        logScaleSquared = min(bounds.upperBound, max(bounds.lowerBound, logScaleSquared + step * (said - logScaleSquared)))
+        // Below 0.3 m reported (an RTK receiver's 0.02 m) even the largest
+        // scale stays under the floor: the range is then that scale alone.
+        let upper = 2 * log(Self.scaleRange.upperBound), lower = min(2 * log(lowestUsefulScale), upper)
+        logScaleSquared = min(upper, max(lower, logScaleSquared + step * (said - logScaleSquared)))
     }
 
     /// Below this scale the reported accuracy's σ is under the filter's
