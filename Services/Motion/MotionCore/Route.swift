@@ -20,6 +20,8 @@ public struct ActiveRoute: Sendable {
     public func distance(_ latitude: Double, _ longitude: Double, near: Int) -> (metres: Double, segment: Int) {
         let p = frame.toLocal(lat: latitude, lon: longitude)
         guard xy.count > 1 else { return (xy.first.map { hypot($0.x - p.x, $0.y - p.y) } ?? .infinity, 0) }
+        // A stored progress that outlived its route must not make an empty (trapping) window.
+        let near = min(max(near, 0), xy.count - 2)
         let window = max(0, near - 16)...min(xy.count - 2, near + 48)
         var best = nearest(p, in: window)
         if best.metres > 500, window.count < xy.count - 1 {
