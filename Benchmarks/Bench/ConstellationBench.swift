@@ -130,10 +130,15 @@ enum ConstellationBench {
             print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",
                          fleet, p50, p99, samples))
         }
-        for service in Constellation.services {
-            let memory = constellation.services[service]!.process?.memory
-            print(String(format: "  %@: peak RSS %.1f MB (now %.1f MB, %.1f MB its own, the rest shared libraries)", service as NSString,
-                         Double(memory?.peak ?? 0) / 1_048_576, Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576))
+        let busy = Constellation.services.map { constellation.services[$0]!.process?.memory }
+        // Once idle, each service hands its freed heap back at its next tick (HeapTrims): what it keeps between stretches of work.
+        try await waitQuiet(constellation, "after the run")
+        try await Task.sleep(for: .seconds(2.5))
+        for (service, memory) in zip(Constellation.services, busy) {
+            let idle = constellation.services[service]!.process?.memory
+            print(String(format: "  %@: peak RSS %.1f MB (at the end %.1f MB, %.1f MB its own, the rest shared libraries; idle %.1f MB, %.1f MB its own)",
+                         service as NSString, Double(memory?.peak ?? 0) / 1_048_576, Double(memory?.resident ?? 0) / 1_048_576,
+                         Double(memory?.own ?? 0) / 1_048_576, Double(idle?.resident ?? 0) / 1_048_576, Double(idle?.own ?? 0) / 1_048_576))
         }
         await client.disconnect()
     }
