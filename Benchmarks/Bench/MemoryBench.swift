@@ -67,15 +67,19 @@ enum MemoryBench {
             print(String(format: "  %@: %.1f messages per commit (%lld commits), %.2f row loads per message", name as NSString,
                          Double(h.processed) / Double(commits), commits, h.rowLoadsPerMessage))
         }
-        for (name, service) in [("gateway", services.gateway), ("filter", services.filter)] {
-            let memory = service.process?.memory
+        let busy = [services.gateway.process?.memory, services.filter.process?.memory]
+        // Idle, each service hands its freed heap back at its next tick (HeapTrims): what it keeps between stretches of work.
+        try await Task.sleep(for: .seconds(3))
+        for ((name, service), memory) in zip([("gateway", services.gateway), ("filter", services.filter)], busy) {
+            let idle = service.process?.memory
             let files = (try? FileManager.default.contentsOfDirectory(atPath: service.dataDir.path)) ?? []
             let sizes = files.filter { $0.contains(".sqlite") }.sorted().map { file -> String in
                 let bytes = (try? FileManager.default.attributesOfItem(atPath: service.dataDir.appendingPathComponent(file).path)[.size] as? Int) ?? 0
                 return String(format: "%@ %.1f MB", file as NSString, Double(bytes) / 1e6)
             }
-            print(String(format: "  %@: RSS %.1f MB now (%.1f MB its own, the rest shared libraries), peak %.1f MB; %@", name as NSString,
-                         Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576, Double(memory?.peak ?? 0) / 1_048_576,
+            print(String(format: "  %@: RSS %.1f MB at the end (%.1f MB its own, the rest shared libraries), %.1f MB idle (%.1f MB its own), peak %.1f MB; %@",
+                         name as NSString, Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576,
+                         Double(idle?.resident ?? 0) / 1_048_576, Double(idle?.own ?? 0) / 1_048_576, Double(memory?.peak ?? 0) / 1_048_576,
                          sizes.joined(separator: ", ") as NSString))
         }
     }
