@@ -19,9 +19,9 @@ import Store
 ///   never block the rest.
 ///
 /// Confinement, not locks: `receive`, `commit`, `tick`, `continueSweep` and
-/// `connected` run on the input connection's network thread only (`confine(to:)`; each checks
-/// it), `init` before that thread starts and `close` after it ended. That is
-/// what `@unchecked Sendable` stands for here.
+/// `connected` run on the input connection's network thread only
+/// (`confine(to:)`; each checks it), `init` before that thread starts and
+/// `close` after it ended. That is what `@unchecked Sendable` stands for here.
 public final class ServiceHost<Row>: @unchecked Sendable {
     public let name: String
     let db: Database
@@ -168,8 +168,8 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     }
 
     /// Only `client`'s network thread may call `receive`, `commit`, `tick`,
-    /// `continueSweep` and `connected` from now on; `close` only once that thread has ended.
-    /// Call before the client connects.
+    /// `continueSweep` and `connected` from now on; `close` only once that
+    /// thread has ended. Call before the client connects.
     public func confine(to client: MQTTClient) { owner = client }
 
     /// The host's own parts, for the process's `Lifecycle`: started before the
