@@ -33,3 +33,23 @@ extension Health {
     /// Messages whose device's state was not in the service's cache, read from its store.
     var rowLoadsPerMessage: Double { Double(counters?["rowLoads"] ?? 0) / Double(max(1, processed)) }
 }
+
+/// Each process's memory (resident, peak, its own; bytes) as a run ends, and
+/// once idle: a service hands its freed heap back at its first idle tick
+/// (`HeapTrims`), but not within 10 s of its last trim.
+struct MemoryReadings {
+    typealias Reading = (resident: Int, peak: Int, own: Int)?
+    let busy: [Reading]
+    let idle: [Reading]
+
+    /// Read now, then again once `settle` has returned and 12 s have passed.
+    static func take(_ processes: [ChildProcess?], settle: () async throws -> Void = {}) async throws -> MemoryReadings {
+        let busy = processes.map { $0?.memory }
+        try await settle()
+        try await Task.sleep(for: .seconds(12))
+        return MemoryReadings(busy: busy, idle: processes.map { $0?.memory })
+    }
+}
+
+/// Bytes in MB, for the benches' lines.
+func megabytes(_ bytes: Int?) -> Double { Double(bytes ?? 0) / 1_048_576 }

@@ -130,15 +130,13 @@ enum ConstellationBench {
             print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",
                          fleet, p50, p99, samples))
         }
-        let busy = Constellation.services.map { constellation.services[$0]!.process?.memory }
-        // Once idle, each service hands its freed heap back at its next tick (HeapTrims): what it keeps between stretches of work.
-        try await waitQuiet(constellation, "after the run")
-        try await Task.sleep(for: .seconds(2.5))
-        for (service, memory) in zip(Constellation.services, busy) {
-            let idle = constellation.services[service]!.process?.memory
+        let memory = try await MemoryReadings.take(Constellation.services.map { constellation.services[$0]!.process }) {
+            try await waitQuiet(constellation, "after the run")
+        }
+        for (service, (busy, idle)) in zip(Constellation.services, zip(memory.busy, memory.idle)) {
             print(String(format: "  %@: peak RSS %.1f MB (at the end %.1f MB, %.1f MB its own, the rest shared libraries; idle %.1f MB, %.1f MB its own)",
-                         service as NSString, Double(memory?.peak ?? 0) / 1_048_576, Double(memory?.resident ?? 0) / 1_048_576,
-                         Double(memory?.own ?? 0) / 1_048_576, Double(idle?.resident ?? 0) / 1_048_576, Double(idle?.own ?? 0) / 1_048_576))
+                         service as NSString, megabytes(busy?.peak), megabytes(busy?.resident), megabytes(busy?.own),
+                         megabytes(idle?.resident), megabytes(idle?.own)))
         }
         await client.disconnect()
     }

@@ -67,19 +67,17 @@ enum MemoryBench {
             print(String(format: "  %@: %.1f messages per commit (%lld commits), %.2f row loads per message", name as NSString,
                          Double(h.processed) / Double(commits), commits, h.rowLoadsPerMessage))
         }
-        let busy = [services.gateway.process?.memory, services.filter.process?.memory]
-        // Idle, each service hands its freed heap back at its next tick (HeapTrims): what it keeps between stretches of work.
-        try await Task.sleep(for: .seconds(3))
-        for ((name, service), memory) in zip([("gateway", services.gateway), ("filter", services.filter)], busy) {
-            let idle = service.process?.memory
+        let named = [("gateway", services.gateway), ("filter", services.filter)]
+        let memory = try await MemoryReadings.take(named.map { $0.1.process })
+        for ((name, service), (busy, idle)) in zip(named, zip(memory.busy, memory.idle)) {
             let files = (try? FileManager.default.contentsOfDirectory(atPath: service.dataDir.path)) ?? []
             let sizes = files.filter { $0.contains(".sqlite") }.sorted().map { file -> String in
                 let bytes = (try? FileManager.default.attributesOfItem(atPath: service.dataDir.appendingPathComponent(file).path)[.size] as? Int) ?? 0
                 return String(format: "%@ %.1f MB", file as NSString, Double(bytes) / 1e6)
             }
             print(String(format: "  %@: RSS %.1f MB at the end (%.1f MB its own, the rest shared libraries), %.1f MB idle (%.1f MB its own), peak %.1f MB; %@",
-                         name as NSString, Double(memory?.resident ?? 0) / 1_048_576, Double(memory?.own ?? 0) / 1_048_576,
-                         Double(idle?.resident ?? 0) / 1_048_576, Double(idle?.own ?? 0) / 1_048_576, Double(memory?.peak ?? 0) / 1_048_576,
+                         name as NSString, megabytes(busy?.resident), megabytes(busy?.own),
+                         megabytes(idle?.resident), megabytes(idle?.own), megabytes(busy?.peak),
                          sizes.joined(separator: ", ") as NSString))
         }
     }

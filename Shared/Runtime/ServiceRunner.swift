@@ -206,11 +206,6 @@ public enum ServiceRunner {
 }
 
 extension ServiceRunner {
-    /// How often a sweep's next slice is looked at while candidates wait
-    /// (see `ServiceHost.continueSweep`): about 800 devices a second at
-    /// most, beside the fixes read in between.
-    static let sweepSliceInterval = Duration.milliseconds(10)
-
     /// Hands `client`'s messages, commits and connects to `host`, confined
     /// to its network thread; reading waits while `output` is too far behind.
     static func drive<Row>(_ host: ServiceHost<Row>, from client: MQTTClient, output: MQTTClient, pressure: OutputPressure,
@@ -218,7 +213,7 @@ extension ServiceRunner {
         client.setHandler { host.receive($0) }
         client.setBeforeAcknowledging { host.commit() }
         client.setPeriodic(every: tickInterval, tick)
-        client.setFollowUp(every: sweepSliceInterval) { host.continueSweep() }
+        client.setFollowUp(every: ServiceHost<Row>.sweepSliceInterval) { host.continueSweep() }
         client.setOnConnect { host.connected(reconnect: $0) }
         client.setReadGate { [output, pressure] in pressure.allowsReading(waiting: output.inFlight) }
         host.confine(to: client)

@@ -63,16 +63,18 @@ final class HostHarness {
     var host: ServiceHost<Tally>!
 
     let budgetBytes: Int
+    let sweep: SweepRoute<Tally>?
 
-    init(capacity: Int = 100, budgetBytes: Int = 8 << 20, keep: Int = 1_000, path: String? = nil) throws {
+    init(capacity: Int = 100, budgetBytes: Int = 8 << 20, keep: Int = 1_000, path: String? = nil, sweep: SweepRoute<Tally>? = nil) throws {
         self.budgetBytes = budgetBytes
+        self.sweep = sweep
         database = path == nil ? TemporaryDatabase("host") : nil
         self.path = path ?? database!.path
         host = try make(capacity: capacity, keep: keep)
     }
 
     func make(capacity: Int, keep: Int) throws -> ServiceHost<Tally> {
-        try ServiceHost(tallyService(keep: keep), databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
+        try ServiceHost(tallyService(keep: keep, sweep: sweep), databasePath: path, bus: bus, topics: Topics(), logger: Logger(label: "test", minimum: .off),
                         counters: counters, clock: clock, cacheCapacity: capacity, cacheBudgetBytes: budgetBytes,
                         pause: { [pauses] in pauses.record($0) }).runningParts()
     }

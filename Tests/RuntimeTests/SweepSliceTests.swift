@@ -28,87 +28,74 @@ import Testing
 
     struct SweepFailed: Error {}
 
-    let bus = RecordingBus()
-    let clock = ManualClock()
-    let database = TemporaryDatabase("sweep")
     let due = Due()
 
-    func host() throws -> ServiceHost<Tally> {
-        let sweep = SweepRoute<Tally>(every: .seconds(1), candidates: { [due] _ in due.take() }, apply: { [due] work in
+    /// The tally service, its sweep's candidates and what each one's sweep publishes set by `due`.
+    func harness() throws -> HostHarness {
+        try HostHarness(sweep: SweepRoute<Tally>(every: .seconds(1), candidates: { [due] _ in due.take() }, apply: { [due] work in
             if due.fails(work.device) { throw SweepFailed() }
             work.row.total += 1_000
             for _ in 0..<due.messages { work.emit(.diagnostic(code: "swept", message: work.device.rawValue)) }
-        })
-        return try ServiceHost(tallyService(sweep: sweep), databasePath: database.path, bus: bus, topics: Topics(),
-                               logger: Logger(label: "test", minimum: .off), counters: HealthCounters(), clock: clock,
-                               cacheCapacity: 100, cacheBudgetBytes: 8 << 20, pause: { _ in }).runningParts()
-    }
-
-    func swept() -> [String] {
-        bus.events().compactMap { if case .diagnostic("swept", let device) = $0.body { device } else { nil } }
-    }
-
-    func item(_ device: String, _ seq: Int64) -> MQTTMessage {
-        MQTTMessage(topic: "tracker/\(device)/raw", payload: JSONCoding.bytes(Item(seq: seq, epoch: "e1", value: 1)))
+        }))
     }
 
     @Test func aLargeSweepIsLookedAtASliceAtATimeWithFixesReadBetween() throws {
-        let host = try host()
+        let h = try harness(), host = h.host!
         let fleet = (0..<20).map { "d\($0)" }
         due.set(fleet)
         host.tick()
         #expect(host.commit())
-        #expect(swept() == Array(fleet.prefix(ServiceHost<Tally>.sweepSliceDevices)))
+        #expect(h.events("swept") == Array(fleet.prefix(ServiceHost<Tally>.sweepSliceDevices)))
         // A fix read between slices is published with its pass, not after the rest of the sweep.
-        host.receive(item("d19", 1))
+        host.receive(h.item("d19", 1, 1))
         #expect(host.continueSweep())
         #expect(host.commit())
-        #expect(bus.messages(topicSuffix: "tracker/d19/points").count == 1)
-        #expect(swept() == Array(fleet.prefix(2 * ServiceHost<Tally>.sweepSliceDevices)))
+        #expect(h.bus.messages(topicSuffix: "tracker/d19/points").count == 1)
+        #expect(h.events("swept") == Array(fleet.prefix(2 * ServiceHost<Tally>.sweepSliceDevices)))
         #expect(!host.continueSweep(), "the last slice says nothing is left")
         #expect(host.commit())
-        #expect(swept() == fleet)
+        #expect(h.events("swept") == fleet)
         #expect(!host.continueSweep())
         // Every device swept once; the one that sent a fix meanwhile has both.
-        #expect(try HostHarness.total(host, bus: bus, "d19") == 1_001)
-        #expect(try HostHarness.total(host, bus: bus, "d0") == 1_000)
+        #expect(try h.total("d19") == 1_001)
+        #expect(try h.total("d0") == 1_000)
     }
 
     @Test func aSliceEndsOnceItHasPublishedItsShareOfMessages() throws {
-        let host = try host()
+        let h = try harness(), host = h.host!
         // Ten messages a device: the slice's 16 are reached by the second.
         due.set((0..<5).map { "d\($0)" }, messages: 10)
         host.tick()
         #expect(host.commit())
-        #expect(swept().count == 20)
+        #expect(h.events("swept").count == 20)
         #expect(host.continueSweep())
         #expect(host.commit())
-        #expect(swept().count == 40)
+        #expect(h.events("swept").count == 40)
         #expect(!host.continueSweep())
         #expect(host.commit())
-        #expect(swept().count == 50)
+        #expect(h.events("swept").count == 50)
     }
 
     @Test func aSliceTakesNothingOnABatchThatFailedAndTheNextGoesOn() throws {
-        let host = try host()
+        let h = try harness(), host = h.host!
         let fleet = (0..<20).map { "d\($0)" }
         due.set(fleet, failing: "d3")
         host.tick()  // d0…d2 applied, then d3 throws: the batch has failed
         #expect(host.continueSweep(), "the rest still waits")
         #expect(!host.commit(), "the failed batch is not stored")
-        #expect(swept().isEmpty)
+        #expect(h.events("swept").isEmpty)
         // A new batch: the slice after d3, not what the failed batch's slice would have taken.
         #expect(host.continueSweep())
         #expect(host.commit())
-        #expect(swept() == Array(fleet[4..<12]))
-        #expect(try HostHarness.total(host, bus: bus, "d0") == 0, "rolled back with its batch (a real sweep finds it due again)")
+        #expect(h.events("swept") == Array(fleet[4..<12]))
+        #expect(try h.total("d0") == 0, "rolled back with its batch (a real sweep finds it due again)")
     }
 
     /// The network loop drives the slices: with ticks an hour apart, the
     /// first tick's sweep still ends, slice after slice, between reads.
     @Test func theNetworkLoopLooksAtEverySliceWithoutWaitingForATick() async throws {
         let broker = try TestBroker()
-        let host = try host()
+        let h = try harness(), host = h.host!
         let fleet = (0..<30).map { "d\($0)" }
         due.set(fleet)
         let input = try MQTTClient(MQTTOptions(port: broker.port, clientID: "sweep-slices", cleanStart: true))
@@ -117,36 +104,24 @@ import Testing
                             tickInterval: .seconds(3_600)) { host.tick() }
         try await input.connect()
         let deadline = ContinuousClock.now + .seconds(10)
-        while swept().count < fleet.count, ContinuousClock.now < deadline { await Task.yield() }
-        #expect(swept() == fleet)
+        while h.events("swept").count < fleet.count, ContinuousClock.now < deadline { await Task.yield() }
+        #expect(h.events("swept") == fleet)
         await input.disconnect()
     }
     @Test func theNextSweepAsksForCandidatesOnlyOnceTheQueueIsEmpty() throws {
-        let host = try host()
+        let h = try harness(), host = h.host!
         due.set((0..<10).map { "d\($0)" })
         host.tick()
         #expect(host.commit())
         // A second of the clock later, two devices still wait: the sweep does not ask again (its answer is taken from `due`).
         due.set(["late"])
-        clock.advance(by: .seconds(1))
+        h.clock.advance(by: .seconds(1))
         host.tick()
         #expect(host.commit())
-        #expect(swept().count == 10, "the queued two, not a new list")
-        clock.advance(by: .seconds(1))
+        #expect(h.events("swept").count == 10, "the queued two, not a new list")
+        h.clock.advance(by: .seconds(1))
         host.tick()
         #expect(host.commit())
-        #expect(swept().last == "late")
-    }
-}
-
-extension HostHarness {
-    /// The tally service's total for `device`, through its command.
-    static func total(_ host: ServiceHost<Tally>, bus: RecordingBus, _ device: String) throws -> Int64? {
-        let command = MQTTMessage(topic: "tracker/\(device)/cmd/getDecisions", payload: [], responseTopic: "tracker/\(device)/reply/total")
-        bus.clear()
-        host.receive(command)
-        #expect(host.commit())
-        let reply = try #require(bus.messages(topicSuffix: "tracker/\(device)/reply/total").last)
-        return try JSONDecoder().decode(CommandReply.self, from: Data(reply.payload)).result?.int64Value
+        #expect(h.events("swept").last == "late")
     }
 }

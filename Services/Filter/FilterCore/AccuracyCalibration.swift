@@ -73,16 +73,17 @@ public struct AccuracyCalibration: Codable, Sendable, Equatable {
         let said = log(max(capped * capped * scale * scale, 1e-12)) - Self.meanLogChiSquared2
         weight += 1
         let step = 1 / min(weight, Self.memory)
-        // Below 0.3 m reported (an RTK receiver's 0.02 m) even the largest
-        // scale stays under the floor: the range is then that scale alone.
-        let upper = 2 * log(Self.scaleRange.upperBound), lower = min(2 * log(lowestUsefulScale), upper)
+        let upper = 2 * log(Self.scaleRange.upperBound), lower = 2 * log(lowestUsefulScale)
         logScaleSquared = min(upper, max(lower, logScaleSquared + step * (said - logScaleSquared)))
     }
 
     /// Below this scale the reported accuracy's σ is under the filter's
-    /// floor (`Accuracy.minimumSigmaM`), and judging with less changes nothing.
+    /// floor (`Accuracy.minimumSigmaM`), and judging with less changes
+    /// nothing. Within `scaleRange`: under 0.3 m reported (an RTK receiver's
+    /// 0.02 m) even the largest scale is under the floor, and it is that one.
     private var lowestUsefulScale: Double {
-        max(Self.scaleRange.lowerBound, Accuracy.minimumSigmaM / (Accuracy.meters(reportedM ?? 0) * Accuracy.toSigma))
+        let floorScale = Accuracy.minimumSigmaM / (Accuracy.meters(reportedM ?? 0) * Accuracy.toSigma)
+        return min(Self.scaleRange.upperBound, max(Self.scaleRange.lowerBound, floorScale))
     }
 
     /// How many times its reported accuracy a fix is judged with: 1 while

@@ -502,7 +502,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     public func tick() {
         checkThread()
         openBatchIfNeeded()
-        do {
+        periodically {
             let nowMs = clock.nowMs()
             try saveWatermarks(movedByMs: nowMs - Self.quietWatermarkMs, limit: Self.watermarksPerTick)
             try holdLogsToTheirTotals()
@@ -513,9 +513,6 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 sweepQueue = try sweep.candidates(nowMs)[...]
             }
             try sweepSlice()
-        } catch {
-            logger.error("periodic work failed", ["error": "\(error)"])
-            fail(error, culprit: nil)
         }
     }
 
@@ -531,27 +528,31 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         checkThread()
         guard !sweepQueue.isEmpty else { return false }
         openBatchIfNeeded()
-        do {
-            try sweepSlice()
-        } catch {
+        periodically { try sweepSlice() }
+        return !sweepQueue.isEmpty
+    }
+
+    /// Periodic work: what it fails for fails the batch it is part of.
+    private func periodically(_ body: () throws -> Void) {
+        do { try body() } catch {
             logger.error("periodic work failed", ["error": "\(error)"])
             fail(error, culprit: nil)
         }
-        return !sweepQueue.isEmpty
     }
 
     /// Devices a slice of the sweep looks at, at most; and the messages
     /// after which it takes no further device (one device's may go past it).
     static var sweepSliceDevices: Int { 8 }
     static var sweepSliceMessages: Int { 16 }
+    /// How often the loop looks at the next slice while candidates wait
+    /// (`continueSweep`): about 800 devices a second at most.
+    static var sweepSliceInterval: Duration { .milliseconds(10) }
 
     private func sweepSlice() throws {
         // Not on a batch that failed: what a slice applied would be thrown away with it.
         guard let sweep = routes.sweep, batch.failure == nil, db.hasOpenBatch else { return }
-        let first = batch.effects.items.count
-        var looked = 0
-        while let device = sweepQueue.first, looked < Self.sweepSliceDevices,
-              batch.effects.messages(from: first) < Self.sweepSliceMessages {
+        var looked = 0, published = 0
+        while let device = sweepQueue.first, looked < Self.sweepSliceDevices, published < Self.sweepSliceMessages {
             sweepQueue.removeFirst()
             looked += 1
             let work = try self.work(device)
@@ -562,6 +563,7 @@ public final class ServiceHost<Row>: @unchecked Sendable {
                 batch.effects.rewind(to: mark)
                 throw error
             }
+            published += batch.effects.messages(from: mark.count)
             cache.modify(device, work.store)
         }
     }
