@@ -67,7 +67,8 @@ enum RowCodecBench {
         Heap.trim()
         let perDevice = Double((ChildProcess.memory(of: getpid())?.resident ?? 0) - before) / Double(devices)
         let counted = cachedDeviceCost(FilterRow.self, storedBytes: stored.count)
-        print(String(format: "  in memory (%@, %d bytes stored): %.0f bytes a cached device (%d held); the cache counts %d (%.2f of it)",
-                     name as NSString, stored.count, perDevice, withExtendedLifetime(cache) { devices }, counted, Double(counted) / perDevice))
+        print(String(format: "  in memory (%@, %d bytes stored, the row %d inline): %.0f bytes a cached device (%d held); the cache counts %d (%.2f of it)",
+                     name as NSString, stored.count, MemoryLayout<FilterRow>.stride, perDevice, withExtendedLifetime(cache) { devices },
+                     counted, Double(counted) / perDevice))
     }
 }

@@ -26,18 +26,22 @@ public func deviceCacheHolding<Row>(_ devices: Int, storedBytes: Int, decode: ()
 /// there are, and state beyond the budget lives on disk.
 ///
 /// A fleet speaks in turn, so what the budget holds decides what misses.
-/// An entry is counted close to what it takes (`cost`), and entries lie
-/// side by side in one array, found through a small index: kept in a
-/// dictionary, each entry's inline size took the table's spare buckets too
-/// (about 1.6 times it with 10,000 devices). What eviction reads of each
-/// device (`Slot`) lies in an array of its own beside them: read through
-/// the entry's generic type, each look copied the whole entry, retains and
-/// all (a track's pass over 10,000 devices took 40 ms of one commit).
+/// An entry is counted close to what it takes (`cost`): each lies in a box
+/// of its own, listed in one array and found through a small index. Kept
+/// inline, in a dictionary each entry's size took the table's spare buckets
+/// too (about 1.6 times it with 10,000 devices), and in an array its spare
+/// capacity (a filter row alone is 648 bytes inline: with 10,000 devices
+/// the array held 5.6 MB for about 5,800 entries, some 1.7 MB the budget
+/// did not count).
+/// What eviction reads of each device (`Slot`) lies in an array of its own
+/// beside them: read through the entry's generic type, each look copied
+/// the whole entry, retains and all (a track's pass over 10,000 devices
+/// took 40 ms of one commit).
 final class DeviceCache<Entry> {
     /// Where each cached device's slot and entry are in `slots` and `entries`.
     private var index: [DeviceID: Int] = [:]
     private var slots: [Slot] = []
-    private var entries: [Entry] = []
+    private var entries: [Box] = []
     /// Slots not used again since they loaded (`reused` false): the newest-loaded pass looks for no more.
     private var loadedOnly = 0
     private(set) var dirty: Set<DeviceID> = []
@@ -86,13 +90,19 @@ final class DeviceCache<Entry> {
         var tick: UInt64
     }
 
+    private final class Box {
+        var entry: Entry
+        init(_ entry: Entry) { self.entry = entry }
+    }
+
     init(capacity: Int, budgetBytes: Int = .max) {
         self.capacity = max(1, capacity)
         self.budgetBytes = max(1, budgetBytes)
     }
 
     /// Memory an entry takes, from the size of its stored form: its slot,
-    /// the entry's inline size, its index entry and its places in the list
+    /// its box (the entry's inline size, the object's header and its place
+    /// in the list of boxes), its index entry and its places in the list
     /// of uses (up to three, and the index keeps its largest size), and what
     /// its decoded values hold on the heap. Measured on filter rows
     /// (`tracker-bench row-codec`): about 400 heap bytes up to a few hundred stored ones (small arrays,
@@ -100,7 +110,7 @@ final class DeviceCache<Entry> {
     /// (long arrays of doubles are wider decoded than stored); counted as
     /// twice the stored bytes less 1 KB.
     static func cost(storedBytes: Int) -> Int {
-        MemoryLayout<Slot>.stride + MemoryLayout<Entry>.stride + 128 + max(416, 2 * storedBytes - 1_024)
+        MemoryLayout<Slot>.stride + MemoryLayout<Entry>.stride + 24 + 128 + max(416, 2 * storedBytes - 1_024)
     }
 
     var count: Int { slots.count }
@@ -121,7 +131,7 @@ final class DeviceCache<Entry> {
             slots[i].usedIn = batches
         }
         slots[i].used = tick
-        return entries[i]
+        return entries[i].entry
     }
 
     /// Caches an entry as loaded from the store (`storedBytes` long there).
@@ -133,18 +143,18 @@ final class DeviceCache<Entry> {
             bytes -= slots[i].bytes
             if !slots[i].reused { loadedOnly -= 1 }
             slots[i] = slot
-            entries[i] = entry
+            entries[i] = Box(entry)
         } else {
             index[device] = slots.count
             slots.append(slot)
-            entries.append(entry)
+            entries.append(Box(entry))
         }
     }
 
     /// Changes a cached entry in place; it is written at the next commit.
     func modify(_ device: DeviceID, _ body: (inout Entry) -> Void) {
         guard let i = index[device] else { return }
-        body(&entries[i])
+        body(&entries[i].entry)
         dirty.insert(device)
     }
 
@@ -153,7 +163,7 @@ final class DeviceCache<Entry> {
     func writeDirty(_ write: (DeviceID, Entry) throws -> Int) rethrows {
         for device in dirty {
             guard let i = index[device] else { continue }
-            let cost = Self.cost(storedBytes: try write(device, entries[i]))
+            let cost = Self.cost(storedBytes: try write(device, entries[i].entry))
             bytes += cost - slots[i].bytes
             slots[i].bytes = cost
         }
