@@ -23,10 +23,12 @@ enum ConstellationBench {
         // CONSTELLATION_WARMUP=K: a fleet already driving. Every device first
         // sends K fixes, unmeasured, and the clock starts once every service
         // has taken them, so the N measured fixes find every device known.
-        // CONSTELLATION_LATENCY=0: throughput alone. Both read before anything runs.
+        // CONSTELLATION_LATENCY=0: throughput alone. CONSTELLATION_BACKLOG=N:
+        // every service's outputBacklogMax. All read before anything runs.
         let warmup = try environmentNumber("CONSTELLATION_WARMUP") ?? 0
         let measuresLatency = try environmentNumber("CONSTELLATION_LATENCY").map { $0 != 0 } ?? true
-        let quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
+        var quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
+        if let backlog = try environmentNumber("CONSTELLATION_BACKLOG", minimum: 100) { quiet["outputBacklogMax"] = backlog }
         let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
         var ceilings: [Double] = []
         for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(constellation.broker, count: min(count, 50_000))) }

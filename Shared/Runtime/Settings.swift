@@ -240,7 +240,7 @@ public struct CommonSettings: Sendable {
         cacheBudgetMB = try reader.int("cacheBudgetMB", default: 8, in: 1...65_536)
         queryBacklog = try reader.int("queryBacklog", default: 64, in: 1...100_000)
         maxReplyBytes = try reader.int("maxReplyBytes", default: 1 << 20, in: 4_096...(64 << 20))
-        outputBacklogMax = try reader.int("outputBacklogMax", default: 20_000, in: 100...1_000_000)
+        outputBacklogMax = try reader.int("outputBacklogMax", default: 2_000, in: 100...1_000_000)
         sqliteCacheMB = try reader.int("sqliteCacheMB", default: Database.defaultCacheKB / 1_000, in: 1...4_096)
         let repairTimeout = try reader.double("repairTimeoutSec", default: 30, in: 1...3_600)
         let repairRetry = try reader.double("repairRetrySec", default: 3, in: 0.1...600)
