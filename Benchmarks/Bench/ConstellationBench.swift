@@ -206,6 +206,7 @@ enum ConstellationBench {
             _ = try await downstream(constellation, accepted: judged.counters?["accepted"] ?? 0, "the warm-up", timeout: 600)
         }
         try await waitQuiet(constellation, "before \(tag)")
+        let judgedBefore = try await constellation.waitJudged(0)
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
         let latencies = Mutex<[Double]>([])
         let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
@@ -242,7 +243,11 @@ enum ConstellationBench {
                                            string: DemoRecording.line(fix(drives[(i % devices) % 20], underWay + k))))
         }
         await client.drain(timeout: .seconds(60))
-        // The last events trail the last publish by the pipeline's latency.
+        // Listen until the filter has judged every fix: a device's first fix
+        // waits 10 s for the fixes after it, so over fresh devices with one
+        // fix each every event comes that late. Then the pipeline's latency.
+        let judged = (judgedBefore.counters?["accepted"] ?? 0) + (judgedBefore.counters?["rejected"] ?? 0) + Int64(total)
+        do { _ = try await constellation.waitJudged(judged, timeout: 60) } catch { print("  (\(tag): \(error); the events so far count)") }
         try await Task.sleep(for: .seconds(2))
         await events.disconnect()
         await client.disconnect()
