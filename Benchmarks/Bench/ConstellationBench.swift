@@ -92,7 +92,7 @@ enum ConstellationBench {
         let settled = try await settle(warm + Int64(count), "every fix")
         let cpuSpent = CPUTimes(constellation).perFix(since: cpuBefore, count: count)
         let taken = settled.taken, accepted = taken.counters?["accepted"] ?? 0
-        let held = warm + Int64(count) - accepted - (taken.counters?["rejected"] ?? 0)
+        let held = warm + Int64(count) - taken.judged
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
         let (filtered, stored, delivered) = ((settled.filtered - start).seconds, (settled.stored - start).seconds, (settled.delivered - start).seconds)
         let atSink = constellation.sink!.points().count
@@ -193,8 +193,7 @@ enum ConstellationBench {
         let client = try await constellation.operatorClient()
         let underWay = warmup > 0 ? 700 : 0
         if warmup > 0 {
-            let judgedBefore = try await constellation.waitJudged(0)
-            let before = (judgedBefore.counters?["accepted"] ?? 0) + (judgedBefore.counters?["rejected"] ?? 0)
+            let before = try await constellation.waitJudged(0).judged
             for k in 0..<warmup {
                 for d in 0..<devices {
                     try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/\(tag)-\(d)/fixes", string: DemoRecording.line(drives[d % 20][underWay + k])))
@@ -206,7 +205,7 @@ enum ConstellationBench {
             _ = try await downstream(constellation, accepted: judged.counters?["accepted"] ?? 0, "the warm-up", timeout: 600)
         }
         try await waitQuiet(constellation, "before \(tag)")
-        let judgedBefore = try await constellation.waitJudged(0)
+        let judgedBefore = try await constellation.waitJudged(0).judged
         let sentAt = Mutex<[String: ContinuousClock.Instant]>([:])
         let latencies = Mutex<[Double]>([])
         let events = try MQTTClient(MQTTOptions(port: constellation.broker.operatorPort, clientID: "bench-events-\(tag)", cleanStart: true))
@@ -246,8 +245,7 @@ enum ConstellationBench {
         // Listen until the filter has judged every fix: a device's first fix
         // waits 10 s for the fixes after it, so over fresh devices with one
         // fix each every event comes that late. Then the pipeline's latency.
-        let judged = (judgedBefore.counters?["accepted"] ?? 0) + (judgedBefore.counters?["rejected"] ?? 0) + Int64(total)
-        do { _ = try await constellation.waitJudged(judged, timeout: 60) } catch { print("  (\(tag): \(error); the events so far count)") }
+        do { try await constellation.waitJudged(judgedBefore + Int64(total), timeout: 60) } catch { print("  (\(tag): \(error); the events so far count)") }
         try await Task.sleep(for: .seconds(2))
         await events.disconnect()
         await client.disconnect()

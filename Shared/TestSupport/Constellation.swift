@@ -114,12 +114,10 @@ public final class Constellation: @unchecked Sendable {
         return try await health.waitForHealth(timeout: timeout, description: description, until: condition)
     }
 
-    /// Waits until the filter has judged `count` fixes since it started (its accepted + rejected counters).
+    /// Waits until the filter has judged `count` fixes since it started (`Health.judged`).
     @discardableResult
     public func waitJudged(_ count: Int64, timeout: Double = 120) async throws -> Health {
-        try await waitHealth("filter", timeout: timeout, description: "the filter judged \(count) fixes") { health in
-            (health.counters?["accepted"] ?? 0) + (health.counters?["rejected"] ?? 0) >= count
-        }
+        try await waitHealth("filter", timeout: timeout, description: "the filter judged \(count) fixes") { $0.judged >= count }
     }
 
     /// Stops every service gracefully, then the sink.
@@ -127,4 +125,9 @@ public final class Constellation: @unchecked Sendable {
         for service in Self.services.reversed() { services[service]?.stop() }
         sink?.stop()
     }
+}
+
+extension Health {
+    /// The fixes a filter judged since it started: its accepted and rejected counters.
+    public var judged: Int64 { (counters?["accepted"] ?? 0) + (counters?["rejected"] ?? 0) }
 }

@@ -110,7 +110,8 @@ final class DeviceCache<Entry> {
     /// (long arrays of doubles are wider decoded than stored); counted as
     /// twice the stored bytes less 1 KB.
     static func cost(storedBytes: Int) -> Int {
-        MemoryLayout<Slot>.stride + MemoryLayout<Entry>.stride + 24 + 128 + max(416, 2 * storedBytes - 1_024)
+        // A box is its object's header (16 bytes) and its entry, and a reference in the list of boxes.
+        MemoryLayout<Slot>.stride + MemoryLayout<Box>.stride + 16 + MemoryLayout<Entry>.stride + 128 + max(416, 2 * storedBytes - 1_024)
     }
 
     var count: Int { slots.count }
