@@ -76,6 +76,35 @@ import Testing
         #expect(h.events("swept").count == 50)
     }
 
+    /// A fleet's held fixes all coming due (its first fixes) are released as
+    /// fast as they come due: the slices grow until the sweep's candidates
+    /// are looked at before it asks again, up to their largest size.
+    @Test func slicesGrowSoASweepIsDoneBeforeTheNextOne() throws {
+        typealias Host = ServiceHost<Tally>
+        let h = try harness(), host = h.host!
+        // A hundred slices in the sweep's second: 2,000 devices are 20 a slice.
+        due.set((0..<2_000).map { "d\($0)" })
+        host.tick()
+        #expect(host.commit())
+        #expect(h.events("swept").count == 20)
+        // Half the second gone, 1,980 left over its last 50 slices.
+        h.clock.advance(by: .milliseconds(500))
+        #expect(host.continueSweep())
+        #expect(host.commit())
+        #expect(h.events("swept").count == 20 + 40)
+        // The second over and 1,940 left: the largest slice, not all of them at once.
+        h.clock.advance(by: .milliseconds(600))
+        #expect(host.continueSweep())
+        #expect(host.commit())
+        #expect(h.events("swept").count == 60 + Host.sweepSliceDevicesAtMost)
+        // A few dozen still take the least slice.
+        let small = try harness(), smallHost = small.host!
+        due.set((0..<60).map { "d\($0)" })
+        smallHost.tick()
+        #expect(smallHost.commit())
+        #expect(small.events("swept").count == Host.sweepSliceDevices)
+    }
+
     @Test func aSliceTakesNothingOnABatchThatFailedAndTheNextGoesOn() throws {
         let h = try harness(), host = h.host!
         let fleet = (0..<20).map { "d\($0)" }

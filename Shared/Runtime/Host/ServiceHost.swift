@@ -540,19 +540,39 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
-    /// Devices a slice of the sweep looks at, at most; and the messages
-    /// after which it takes no further device (one device's may go past it).
+    /// Devices a slice of the sweep looks at: at least this many, more when
+    /// the candidates would not all be looked at before the next sweep at
+    /// this size (`sweepSliceSize`), up to `sweepSliceDevicesAtMost`. Each
+    /// device may take two messages of the slice's share: once they are
+    /// published it takes no further device (one device's may go past it).
     static var sweepSliceDevices: Int { 8 }
-    static var sweepSliceMessages: Int { 16 }
+    static var sweepSliceDevicesAtMost: Int { 64 }
+    static var sweepSliceMessagesPerDevice: Int { 2 }
     /// How often the loop looks at the next slice while candidates wait
-    /// (`continueSweep`): about 800 devices a second at most.
+    /// (`continueSweep`): 800 devices a second at the least slice, 6,400 at the largest.
     static var sweepSliceInterval: Duration { .milliseconds(10) }
+
+    /// The devices the next slice looks at: what waits, spread over the
+    /// slices left before the next sweep asks for candidates, so that a
+    /// fleet whose held fixes all come due (10,000 devices' first fixes)
+    /// is released as fast as it comes due, and a few dozen devices are
+    /// still spread over tens of milliseconds. Slices come less often
+    /// than every interval while fixes are being read, so the share is
+    /// counted again at every slice.
+    func sweepSliceSize(nowMs: Int64) -> Int {
+        guard let sweep = routes.sweep, let lastSweepMs else { return Self.sweepSliceDevices }
+        let intervalMs = Self.sweepSliceInterval.milliseconds
+        let slicesLeft = max(1, (lastSweepMs + sweep.every.milliseconds - nowMs) / intervalMs)
+        let share = (Int64(sweepQueue.count) + slicesLeft - 1) / slicesLeft
+        return Int(min(Int64(Self.sweepSliceDevicesAtMost), max(Int64(Self.sweepSliceDevices), share)))
+    }
 
     private func sweepSlice() throws {
         // Not on a batch that failed: what a slice applied would be thrown away with it.
         guard let sweep = routes.sweep, batch.failure == nil, db.hasOpenBatch else { return }
+        let devices = sweepSliceSize(nowMs: clock.nowMs()), messages = devices * Self.sweepSliceMessagesPerDevice
         var looked = 0, published = 0
-        while let device = sweepQueue.first, looked < Self.sweepSliceDevices, published < Self.sweepSliceMessages {
+        while let device = sweepQueue.first, looked < devices, published < messages {
             sweepQueue.removeFirst()
             looked += 1
             let work = try self.work(device)
