@@ -152,10 +152,10 @@ extension FilterCore {
         // told of sparse fixes are not its own.
         if queued, held.speedMps != nil, !waitsForNext(held, state: state) { return assess(held, state: &state) }
         let dense = later[0].timeMs - held.timeMs < Self.lookAheadMinGapMs
-        if dense, held.speedMps == nil, state.kalman.outliers.count >= 2 {
-            // The filter has just rejected fixes in a row, and its gate, grown
-            // with the time since, now takes one: the tail of a multipath
-            // burst, or the device's new track. The old track coming back says which.
+        if dense, followsAnOutlier(held, state: state) {
+            // The filter has just rejected a fix, and its gate, grown with the
+            // time since, now takes one: the tail of a multipath burst, or
+            // the device's new track. The old track coming back says which.
             return resolveBurst(held, later: later, final: silent || waitedBurst, state: &state)
         }
         // A second fix is worth waiting for only from a sparse device (a
@@ -260,10 +260,19 @@ extension FilterCore {
             let reportsInTime = interval <= profile.lookAheadMs || (fix.speedMps == nil && sparseIntervalMs(state) != nil)
             // Parked too: a sparse fix far from the stop departs at once, so a
             // jump there would be a departure unless the next fix says otherwise.
-            guard gap >= Self.lookAheadMinGapMs, reportsInTime else { return false }
+            guard gap >= Self.lookAheadMinGapMs || followsAnOutlier(fix, state: state), reportsInTime else { return false }
         }
         var trial = state
         return assess(fix, state: &trial).taken
+    }
+
+    /// A fix without Doppler after the filter rejected the one before as an
+    /// outlier: the gate has grown with the gap, and a multipath burst's
+    /// next reflection gets through it. So it waits for the old track to
+    /// come back (`resolveBurst`); one on the old track is taken with the
+    /// next fix, within the smoothing lag it waits in anyway.
+    func followsAnOutlier(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
+        fix.speedMps == nil && !state.kalman.outliers.isEmpty
     }
 
     /// Judges a held fix knowing the fixes after it, or nil while they leave
