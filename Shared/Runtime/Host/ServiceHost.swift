@@ -540,11 +540,10 @@ public final class ServiceHost<Row>: @unchecked Sendable {
         }
     }
 
-    /// Devices a slice of the sweep looks at: at least this many, more when
-    /// the candidates would not all be looked at before the next sweep at
-    /// this size (`sweepSliceSize`), up to `sweepSliceDevicesAtMost`. Each
-    /// device may take two messages of the slice's share: once they are
-    /// published it takes no further device (one device's may go past it).
+    /// The fewest and the most devices a slice of the sweep looks at
+    /// (`sweepSliceSize` picks between them), and the messages it may
+    /// publish for each: once they are out it takes no further device (one
+    /// device's may go past them).
     static var sweepSliceDevices: Int { 8 }
     static var sweepSliceDevicesAtMost: Int { 64 }
     static var sweepSliceMessagesPerDevice: Int { 2 }
