@@ -172,22 +172,6 @@ import Testing
         #expect(phoneRMSE <= 0.56, "the phone's mean RMSE ratio: \(phoneRMSE)")
     }
 
-    /// Without Doppler at 1 Hz, a burst's first reflection is refused and
-    /// the gate, grown with the second since, took the next: the filter
-    /// walked onto the burst, and the road's fixes after it were outliers.
-    /// A fix after an outlier now waits for the old track to come back, as
-    /// after two did. The sweep's first forty seeds of the phone and of white
-    /// noise: 47 jumps through and 402 clean fixes taken for outliers
-    /// before, 37 and 370 now.
-    @Test func aBurstsSecondReflectionWaitsForTheOldTrackWithoutDoppler() throws {
-        let scores = try sweepScores(NoiseVariant("phone no speed", correlation: 0.9, jumpProbability: 0.01, withSpeed: false, jumpBurst: 3...8), seeds: 40)
-            + sweepScores(NoiseVariant("white no speed", correlation: 0, withSpeed: false), seeds: 40)
-        let through = scores.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
-        let cleanRejected = scores.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
-        #expect(through <= 40, "jumps through: \(through)")
-        #expect(cleanRejected <= 380, "clean fixes taken for outliers: \(cleanRejected)")
-    }
-
     /// The good phone with Doppler every 5 and 10 s, the sweep's first forty
     /// seeds each: with dead reckoning only for fixes 3.5 s apart and the
     /// first fix out of a tunnel judged by the sparse stories, 18 jumps got

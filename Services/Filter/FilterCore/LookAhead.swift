@@ -20,11 +20,13 @@ public struct Judged: Sendable, Equatable {
 /// the bridge, but the next one off the old track too: a jump at either),
 /// the fix after settles it, up to `lookAheadFixes`. Fixes seconds apart
 /// (where the innovation gate already tells) are judged at once, but for the
-/// first out of a silence (`comesOutOfSilence`).
+/// first out of a silence (`comesOutOfSilence`) and, without Doppler, one
+/// after an outlier (`followsAnOutlier`).
 extension FilterCore {
-    /// Fixes closer together than this are judged at once: a second or two
-    /// apart the innovation gate tells. Every 5 s without Doppler it does not
-    /// (jumps of 80–150 m fit a 5 s prediction), and the bridge does.
+    /// Fixes closer together than this are judged at once (but see
+    /// `followsAnOutlier`): a second or two apart the innovation gate tells.
+    /// Every 5 s without Doppler it does not (jumps of 80–150 m fit a 5 s
+    /// prediction), and the bridge does.
     static let lookAheadMinGapMs: Int64 = 4_000
     /// How often a sparse fix is a multipath jump, before looking at it.
     static let jumpPrior = 0.03
@@ -33,7 +35,7 @@ extension FilterCore {
     /// A held fix is decided before its last fix of look-ahead once the
     /// stories are this sure either way.
     static let settled = 0.01
-    /// How long a held fix after a run of rejections waits for the old track
+    /// How long a held fix after an outlier waits for the old track
     /// to come back (fix time), and for at most how many fixes: multipath
     /// bursts last seconds (a phone's 3–8 s here).
     static let burstWindowMs: Int64 = 8_000
@@ -204,13 +206,15 @@ extension FilterCore {
     }
 
     /// How long held fixes wait on silence: the look-ahead; the fix that
-    /// would start the filter, or the first out of a silence from a device
-    /// seconds apart (`comesOutOfSilence`), no longer than `silenceMs`. The
+    /// would start the filter, the first out of a silence from a device
+    /// seconds apart (`comesOutOfSilence`), and one after an outlier from
+    /// such a device (`followsAnOutlier`), no longer than `silenceMs`. The
     /// fixes that confirm it come seconds apart, and a new device that
     /// reports every minute should not show up half a minute late.
     private func heldWaitMs(_ state: DeviceFilterState) -> Int64 {
         guard let first = state.lookAhead.held.first, state.kalman.track == nil
-                || (!reportsSparsely(state) && comesOutOfSilence(first, state: state)) else { return profile.lookAheadMs }
+                || (!reportsSparsely(state) && (comesOutOfSilence(first, state: state) || followsAnOutlier(first, state: state)))
+        else { return profile.lookAheadMs }
         return min(profile.lookAheadMs, Self.silenceMs)
     }
 
@@ -237,7 +241,8 @@ extension FilterCore {
     /// A sparse fix the filter would accept, whose next fix is due within the
     /// look-ahead (a device that reports less often gains nothing by waiting),
     /// or one that comes out of a silence or would start the filter
-    /// (`comesOutOfSilence`).
+    /// (`comesOutOfSilence`), or one without Doppler after an outlier
+    /// (`followsAnOutlier`).
     private func waitsForNext(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         // Sparse: far from the filter's last update. Worth waiting: the device
         // reports at least every `lookAheadMs`, so the next fix is due in
@@ -266,11 +271,14 @@ extension FilterCore {
         return assess(fix, state: &trial).taken
     }
 
-    /// A fix without Doppler after the filter rejected the one before as an
-    /// outlier: the gate has grown with the gap, and a multipath burst's
-    /// next reflection gets through it. So it waits for the old track to
-    /// come back (`resolveBurst`); one on the old track is taken with the
-    /// next fix, within the smoothing lag it waits in anyway.
+    /// A fix without Doppler after an outlier, since the filter last took a
+    /// fix: the gate has grown with the gap, and a multipath burst's next
+    /// reflection gets through it. So it waits for the old track to come back
+    /// (`resolveBurst`), at any rate of fixes (it waited only 4 s after the
+    /// filter's last update, three rejected fixes at 1 Hz); one on the old
+    /// track is taken with the next fix, inside the smoothing lag its point
+    /// waits in anyway. On silence it waits no longer than that lag
+    /// (`heldWaitMs`).
     func followsAnOutlier(_ fix: FilterInput, state: DeviceFilterState) -> Bool {
         fix.speedMps == nil && !state.kalman.outliers.isEmpty
     }
@@ -314,7 +322,7 @@ extension FilterCore {
         return reject(held, .isolatedJump, state: state, measured: bridged.distance, limit: nextOnTrack.distance)
     }
 
-    /// A held fix after a run of rejections, its next fixes seconds apart:
+    /// A held fix after an outlier (`followsAnOutlier`), its next fixes seconds apart:
     /// a jump when a later fix comes back to the old track (and is off the
     /// one through the held fix) while the held fix is off it; taken when
     /// none has within `burstWindowMs` (the old track is gone: a real jump,
