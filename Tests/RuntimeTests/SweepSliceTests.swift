@@ -77,9 +77,9 @@ import Testing
     }
 
     /// A fleet's held fixes all coming due (its first fixes) are released as
-    /// fast as they come due: the slices grow until the sweep's candidates
-    /// are looked at before it asks again, up to their largest size.
-    @Test func slicesGrowSoASweepIsDoneBeforeTheNextOne() throws {
+    /// fast as they come due: the slices grow so the sweep's candidates are
+    /// looked at before it asks again, up to their largest size.
+    @Test func slicesGrowWithWhatWaitsUpToTheirLargest() throws {
         typealias Host = ServiceHost<Tally>
         let h = try harness(), host = h.host!
         // A hundred slices in the sweep's second: 2,000 devices are 20 a slice.
@@ -97,12 +97,15 @@ import Testing
         #expect(host.continueSweep())
         #expect(host.commit())
         #expect(h.events("swept").count == 60 + Host.sweepSliceDevicesAtMost)
-        // A few dozen still take the least slice.
-        let small = try harness(), smallHost = small.host!
+    }
+
+    /// A few dozen devices due together are still spread over the least slices.
+    @Test func aFewDozenTakeTheLeastSlice() throws {
+        let h = try harness(), host = h.host!
         due.set((0..<60).map { "d\($0)" })
-        smallHost.tick()
-        #expect(smallHost.commit())
-        #expect(small.events("swept").count == Host.sweepSliceDevices)
+        host.tick()
+        #expect(host.commit())
+        #expect(h.events("swept").count == ServiceHost<Tally>.sweepSliceDevices)
     }
 
     @Test func aSliceTakesNothingOnABatchThatFailedAndTheNextGoesOn() throws {

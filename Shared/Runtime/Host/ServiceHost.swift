@@ -558,12 +558,12 @@ public final class ServiceHost<Row>: @unchecked Sendable {
     /// still spread over tens of milliseconds. Slices come less often
     /// than every interval while fixes are being read, so the share is
     /// counted again at every slice.
-    func sweepSliceSize(nowMs: Int64) -> Int {
+    private func sweepSliceSize(nowMs: Int64) -> Int {
         guard let sweep = routes.sweep, let lastSweepMs else { return Self.sweepSliceDevices }
-        let intervalMs = Self.sweepSliceInterval.milliseconds
+        let intervalMs = max(1, Self.sweepSliceInterval.milliseconds)
         let slicesLeft = max(1, (lastSweepMs + sweep.every.milliseconds - nowMs) / intervalMs)
-        let share = (Int64(sweepQueue.count) + slicesLeft - 1) / slicesLeft
-        return Int(min(Int64(Self.sweepSliceDevicesAtMost), max(Int64(Self.sweepSliceDevices), share)))
+        let share = Int((Int64(sweepQueue.count) + slicesLeft - 1) / slicesLeft)
+        return min(max(share, Self.sweepSliceDevices), Self.sweepSliceDevicesAtMost)
     }
 
     private func sweepSlice() throws {
