@@ -73,7 +73,7 @@ enum Sweep {
             let lengths = scores.map { $0.lengthError * 100 }
             func mean(_ xs: [Double]) -> Double { xs.reduce(0, +) / Double(xs.count) }
             let odometers = scores.map { $0.odometerError * 100 }
-            let through = scores.map { $0.jumps - $0.jumpsRejected }.reduce(0, +), refused = scores.map(\.cleanRejectedAsOutliers).reduce(0, +)
+            let through = scores.jumpsLetThrough, refused = scores.cleanFixesRefused
             print(String(format: "%-24@ line %+5.1f %% |worst| %4.1f  odometer %+5.1f %% |worst| %4.1f  jumps through %4.2f (max %4.2f) %% of points  clean outliers max %4.2f %%  RMSE ratio mean %.3f max %.2f (clean points %.2f; vs all raw fixes %.2f, max %.2f); in all %d jumps through, %d clean fixes refused",
                          variant.name as NSString, mean(lengths), lengths.map(abs).max() ?? 0, mean(odometers), odometers.map(abs).max() ?? 0,
                          mean(scores.map(\.jumpsThrough)) * 100, (scores.map(\.jumpsThrough).max() ?? 0) * 100, (scores.map(\.cleanOutlierRate).max() ?? 0) * 100,

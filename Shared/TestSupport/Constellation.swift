@@ -126,8 +126,3 @@ public final class Constellation: @unchecked Sendable {
         sink?.stop()
     }
 }
-
-extension Health {
-    /// The fixes a filter judged since it started: its accepted and rejected counters.
-    public var judged: Int64 { (counters?["accepted"] ?? 0) + (counters?["rejected"] ?? 0) }
-}

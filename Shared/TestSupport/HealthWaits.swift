@@ -38,4 +38,7 @@ extension Health {
         // Not a health message (a test's own probe, a forged payload): skipped, as the waits skip it.
         try? JSONCoding.decoder.decode(Health.self, from: Data(message.payload))
     }
+
+    /// The fixes a filter judged since it started: its accepted and rejected counters.
+    public var judged: Int64 { (counters?["accepted"] ?? 0) + (counters?["rejected"] ?? 0) }
 }

@@ -63,7 +63,7 @@ extension HeavySuites {
             let total = Int64(perDevice * devices.count)
             try await waitForHealth(broker, ["gateway", "filter"]) { h in h.processed >= total && h.queueDepth == 0 }
             // The fixes carry no Doppler speed: the last ones are published once the smoothing lag has passed.
-            try await waitForHealth(broker, ["filter"]) { h in (h.counters?["accepted"] ?? 0) + (h.counters?["rejected"] ?? 0) >= total }
+            try await waitForHealth(broker, ["filter"]) { $0.judged >= total }
             for device in devices {
                 // Every fix numbered once and every raw seq judged exactly once, in order.
                 let decisions = try await TestClient.command(publisher, device: device, "getDecisions", args: .object(["limit": .number(10_000)]))

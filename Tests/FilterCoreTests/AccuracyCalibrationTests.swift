@@ -102,7 +102,7 @@ import Testing
         let mean = odometers.reduce(0, +) / Double(odometers.count)
         #expect(abs(mean) < 0.03, "mean odometer \(mean)")
         #expect(odometers.allSatisfy { abs($0) < 0.08 }, "\(odometers)")
-        let refused = saysTen.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
+        let refused = saysTen.cleanFixesRefused
         #expect(refused < 1_500, "clean fixes refused: \(refused)")
 
         let goodPhone = try sweepScores(NoiseVariant("good phone says 0", correlation: 0.9, jumpProbability: 0.01, withSpeed: false,

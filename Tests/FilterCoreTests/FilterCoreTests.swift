@@ -272,8 +272,8 @@ func judgeAll(_ fixes: [FilterInput], core: FilterCore = FilterCore()) -> (verdi
             NoiseVariant("good phone 15 s", correlation: 0.9, jumpProbability: 0.01, every: 15, jumpBurst: 3...8, accuracyRange: 3...15),
         ]
         let scored = try variants.flatMap { try scores($0) }
-        let through = scored.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
-        let cleanRejected = scored.reduce(0) { $0 + $1.cleanRejectedAsOutliers }, clean = scored.reduce(0) { $0 + $1.cleanFixes }
+        let through = scored.jumpsLetThrough
+        let cleanRejected = scored.cleanFixesRefused, clean = scored.reduce(0) { $0 + $1.cleanFixes }
         #expect(through <= 12, "jumps through: \(through)")
         #expect(Double(cleanRejected) <= 0.015 * Double(clean), "clean fixes taken for jumps: \(cleanRejected) of \(clean)")
     }

@@ -220,8 +220,8 @@ import Testing
     @Test func fewerBurstsGetThroughWithoutDoppler() throws {
         let scores = try sweepScores(NoiseVariant("phone no speed", correlation: 0.9, jumpProbability: 0.01, withSpeed: false, jumpBurst: 3...8), seeds: 40)
             + sweepScores(NoiseVariant("white no speed", correlation: 0, withSpeed: false), seeds: 40)
-        let through = scores.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
-        let cleanRejected = scores.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
+        let through = scores.jumpsLetThrough
+        let cleanRejected = scores.cleanFixesRefused
         #expect(through <= 40, "jumps through: \(through)")
         #expect(cleanRejected <= 380, "clean fixes taken for outliers: \(cleanRejected)")
     }

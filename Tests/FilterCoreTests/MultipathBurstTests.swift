@@ -164,8 +164,8 @@ import Testing
         let goodPhone = try sweepScores(NoiseVariant("good phone", correlation: 0.9, jumpProbability: 0.01, jumpBurst: 3...8,
                                                      accuracyRange: 3...15), seeds: 40)
         let all = phone + goodPhone
-        let through = all.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
-        let cleanRejected = all.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
+        let through = all.jumpsLetThrough
+        let cleanRejected = all.cleanFixesRefused
         let phoneRMSE = phone.map(\.rmseRatio).reduce(0, +) / Double(phone.count)
         #expect(through <= 8, "jumps through: \(through)")
         #expect(cleanRejected <= 220, "clean fixes taken for outliers: \(cleanRejected)")
@@ -182,8 +182,8 @@ import Testing
             try sweepScores(NoiseVariant("good phone \(every) s", correlation: 0.9, jumpProbability: 0.01, every: every,
                                          jumpBurst: 3...8, accuracyRange: 3...15), seeds: 40)
         }
-        let through = scores.reduce(0) { $0 + $1.jumps - $1.jumpsRejected }
-        let cleanRejected = scores.reduce(0) { $0 + $1.cleanRejectedAsOutliers }
+        let through = scores.jumpsLetThrough
+        let cleanRejected = scores.cleanFixesRefused
         #expect(through <= 10, "jumps through: \(through)")
         #expect(cleanRejected <= 125, "clean fixes taken for outliers: \(cleanRejected)")
     }

@@ -101,3 +101,10 @@ public struct FilterScore: Sendable, CustomStringConvertible {
             accepted: points.count, reasons: reasons)
     }
 }
+
+extension Sequence<FilterScore> {
+    /// The jumps that got through, over every score.
+    public var jumpsLetThrough: Int { reduce(0) { $0 + $1.jumps - $1.jumpsRejected } }
+    /// The clean fixes taken for outliers, over every score.
+    public var cleanFixesRefused: Int { reduce(0) { $0 + $1.cleanRejectedAsOutliers } }
+}
