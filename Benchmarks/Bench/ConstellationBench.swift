@@ -24,11 +24,13 @@ enum ConstellationBench {
         // sends K fixes, unmeasured, and the clock starts once every service
         // has taken them, so the N measured fixes find every device known.
         // CONSTELLATION_LATENCY=0: throughput alone. CONSTELLATION_BACKLOG=N:
-        // every service's outputBacklogMax. All read before anything runs.
+        // every service's outputBacklogMax. CONSTELLATION_BUDGET=MB: every
+        // service's cacheBudgetMB. All read before anything runs.
         let warmup = try environmentNumber("CONSTELLATION_WARMUP") ?? 0
         let measuresLatency = try environmentNumber("CONSTELLATION_LATENCY").map { $0 != 0 } ?? true
         var quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
         if let backlog = try environmentNumber("CONSTELLATION_BACKLOG", minimum: 100) { quiet["outputBacklogMax"] = backlog }
+        if let budget = try environmentNumber("CONSTELLATION_BUDGET", minimum: 1, maximum: 65_536) { quiet["cacheBudgetMB"] = budget }
         let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
         var ceilings: [Double] = []
         for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(constellation.broker, count: min(count, 50_000))) }
@@ -114,7 +116,11 @@ enum ConstellationBench {
         for name in Constellation.services {
             let health = try await constellation.waitHealth(name, timeout: 30, description: "\(name)'s health") { _ in true }
             let perCommit = (health.counters?["commits"]).flatMap { $0 > 0 ? String(format: "%.0f", Double(health.processed) / Double($0)) : nil }
-            loads.append(String(format: "%@ %.2f (%@ a commit)", name as NSString, health.rowLoadsPerMessage, (perCommit ?? "–") as NSString))
+            // Frames a newer one of the same batch replaced before they went out (a device's live frame, its
+            // OwnTracks location): a device's points that came together (fast devices, fixes released at once) make one.
+            let conflated = Double(health.counters?["conflated"] ?? 0) / Double(max(1, health.processed))
+            loads.append(String(format: "%@ %.2f (%@ a commit%@)", name as NSString, health.rowLoadsPerMessage, (perCommit ?? "–") as NSString,
+                                conflated > 0 ? String(format: ", %.2f conflated a message", conflated) as NSString : ""))
         }
         print("row loads per message, and messages per commit, warm-up included: " + loads.joined(separator: ", "))
         print("CPU per fix over the measured run, user + system: " + cpuSpent)

@@ -23,6 +23,8 @@ enum HostBench {
         defer { for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) } }
         // HOST_BUDGET=MB: the host's cacheBudgetMB (the services' default, 8, otherwise).
         let budgetMB = try environmentNumber("HOST_BUDGET", minimum: 1, maximum: 65_536) ?? 8
+        // HOST_BATCH=N: messages a commit (400 otherwise; the services downstream of the filter commit a few dozen).
+        let batchSize = try environmentNumber("HOST_BATCH", minimum: 1, maximum: 100_000) ?? 400
         let counters = HealthCounters()
         let host = try ServiceHost(definition(), databasePath: path, bus: NullBus(), topics: Topics(),
                                    logger: Logger(label: "bench", minimum: .error), counters: counters,
@@ -38,8 +40,8 @@ enum HostBench {
             return MQTTMessage(topic: "tracker/\(device)/raw", payload: JSONCoding.bytes(raw))
         }
         func receive(_ range: Range<Int>) {
-            for batch in stride(from: range.lowerBound, to: range.upperBound, by: 400) {
-                messages[batch..<min(batch + 400, range.upperBound)].forEach(host.receive)
+            for batch in stride(from: range.lowerBound, to: range.upperBound, by: batchSize) {
+                messages[batch..<min(batch + batchSize, range.upperBound)].forEach(host.receive)
                 precondition(host.commit())
             }
         }
@@ -51,8 +53,8 @@ enum HostBench {
         let seconds = (ContinuousClock.now - start).seconds
         let cpuAfter = ChildProcess.cpu(of: getpid())
         let loads = Double(counters.counted("rowLoads") - loadsBefore) / Double(count)
-        print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of 400, after nine unmeasured rounds; a cache of %d MB; %.2f row loads a message)",
-                     Double(count) / seconds, count, devices, budgetMB, loads))
+        print(String(format: "host + filter core, in process: %.0f msg/s (%d messages over %d devices, batches of %d, after nine unmeasured rounds; a cache of %d MB; %.2f row loads a message)",
+                     Double(count) / seconds, count, devices, batchSize, budgetMB, loads))
         // CPU time is steadier than the rate: the disk's pauses do not count.
         if let cpuBefore, let cpuAfter {
             Throughput.printCPU(user: cpuAfter.user - cpuBefore.user, system: cpuAfter.system - cpuBefore.system, messages: count)
