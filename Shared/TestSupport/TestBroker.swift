@@ -105,6 +105,9 @@ public final class TestBroker: @unchecked Sendable {
                 try (product + "\n" + common + "\n").write(to: config, atomically: true, encoding: .utf8)
                 if webDirectory == nil { webPort = nil }
             } else {
+                // The settings of the product's config/mosquitto.conf; a persistent
+                // broker saves every second as there (with 10,000 devices' retained
+                // live frames that costs the constellation about a tenth of its throughput).
                 var listeners = "listener \(port) 127.0.0.1"
                 if let webDirectory {
                     webPort = try freeListenerPort()
@@ -118,6 +121,7 @@ public final class TestBroker: @unchecked Sendable {
                     max_inflight_messages 0
                     set_tcp_nodelay true
                     persistence \(persistent)
+                    \(persistent ? "autosave_interval 1" : "")
                     \(common)
                     """.write(to: config, atomically: true, encoding: .utf8)
             }
