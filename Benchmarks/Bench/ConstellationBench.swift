@@ -19,15 +19,28 @@ import TestSupport
 /// - Each service's memory after the run (`constellation 1000000` for the
 ///   issue's million fixes).
 enum ConstellationBench {
-    static func run(count: Int, devices fleet: Int? = nil) async throws {
+    /// What one run measured: end to end and its relays (fixes/s), and the CPU a fix over every process (µs).
+    struct Outcome {
+        var throughput: Double
+        var relays: Double
+        var cpuPerFixUs: Double
+    }
+
+    @discardableResult
+    static func run(count: Int, devices fleet: Int? = nil) async throws -> Outcome {
         // CONSTELLATION_WARMUP=K: a fleet already driving. Every device first
         // sends K fixes, unmeasured, and the clock starts once every service
         // has taken them, so the N measured fixes find every device known.
-        // CONSTELLATION_LATENCY=0: throughput alone. CONSTELLATION_BACKLOG=N:
-        // every service's outputBacklogMax. CONSTELLATION_BUDGET=MB: every
-        // service's cacheBudgetMB. All read before anything runs.
-        let warmup = try environmentNumber("CONSTELLATION_WARMUP") ?? 0
-        let measuresLatency = try environmentNumber("CONSTELLATION_LATENCY").map { $0 != 0 } ?? true
+        // CONSTELLATION_LATENCY=0: throughput alone. All read before anything runs.
+        try await run(count: count, devices: fleet, warmup: try environmentNumber("CONSTELLATION_WARMUP") ?? 0,
+                      measuresLatency: try environmentNumber("CONSTELLATION_LATENCY").map { $0 != 0 } ?? true, readsMemory: true)
+    }
+
+    /// One run; `readsMemory` false leaves out each service's memory (its idle reading waits 12 s).
+    @discardableResult
+    static func run(count: Int, devices fleet: Int?, warmup: Int, measuresLatency: Bool, readsMemory: Bool) async throws -> Outcome {
+        // CONSTELLATION_BACKLOG=N: every service's outputBacklogMax.
+        // CONSTELLATION_BUDGET=MB: every service's cacheBudgetMB.
         var quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
         if let backlog = try environmentNumber("CONSTELLATION_BACKLOG", minimum: 100) { quiet["outputBacklogMax"] = backlog }
         if let budget = try environmentNumber("CONSTELLATION_BUDGET", minimum: 1, maximum: 65_536) { quiet["cacheBudgetMB"] = budget }
@@ -92,7 +105,8 @@ enum ConstellationBench {
         try await send(rounds: warmup..<(warmup + rounds), limit: count)
         let published = (ContinuousClock.now - start).seconds
         let settled = try await settle(warm + Int64(count), "every fix")
-        let cpuSpent = CPUTimes(constellation).perFix(since: cpuBefore, count: count)
+        let cpuAfter = CPUTimes(constellation)
+        let cpuSpent = cpuAfter.perFix(since: cpuBefore, count: count)
         let taken = settled.taken, accepted = taken.counters?["accepted"] ?? 0
         let held = warm + Int64(count) - taken.judged
         if ProcessInfo.processInfo.environment["CONSTELLATION_COUNTERS"] != nil { print("filter counters:", (taken.counters ?? [:]).sorted { $0.key < $1.key }) }
@@ -138,6 +152,8 @@ enum ConstellationBench {
             print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",
                          fleet, p50, p99, samples))
         }
+        let outcome = Outcome(throughput: throughput, relays: relay, cpuPerFixUs: (cpuAfter.total - cpuBefore.total) / Double(count) * 1e6)
+        guard readsMemory else { await client.disconnect(); return outcome }
         let memory = try await MemoryReadings.take(Constellation.services.map { constellation.services[$0]!.process }) {
             try await waitQuiet(constellation, "after the run")
         }
@@ -147,6 +163,7 @@ enum ConstellationBench {
                          megabytes(idle?.resident), megabytes(idle?.own)))
         }
         await client.disconnect()
+        return outcome
     }
 
     /// The drive's `index`-th fix; past its end, the drive again from the

@@ -4,7 +4,7 @@ import TestSupport
 /// `tracker-bench`: benchmarks (not tests). Build in release and run:
 ///   swift build -c release && .build/release/tracker-bench all
 let arguments = Array(CommandLine.arguments.dropFirst())
-let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | host [count] [devices] | row-codec | memory [count] [devices] | retention [devices] [rounds] [total] | constellation [count] [devices] | scale-out [count] [rounds]"
+let usage = "usage: tracker-bench all|gateway|filter|filter-core|quality [count] | http [count] | repair [count] | sweep [seeds] | breakdown VARIANT [seeds] | jump-floor [seeds] | trace FILE | host [count] [devices] | row-codec | memory [count] [devices] | retention [devices] [rounds] [total] | constellation [count] [devices] | fleet [count] [rounds] | scale-out [count] [rounds]"
 
 /// The positive whole number at `arguments[index]`, or `fallback` when
 /// there is none. Anything else is refused by name: a word was read as the
@@ -55,6 +55,8 @@ do {
                                    seconds: try positiveArgument(2, default: 20))
     case "scale-out":
         try await ScaleOutBench.run(count: try positiveArgument(1, default: 20_000), rounds: try positiveArgument(2, default: 2))
+    case "fleet":
+        try await FleetBench.run(count: count, rounds: try positiveArgument(2, default: 3))
     case "constellation":
         try await ConstellationBench.run(count: count, devices: arguments.count > 2 ? Int(arguments[2]) : nil)
     case "repair":
