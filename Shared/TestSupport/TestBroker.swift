@@ -107,7 +107,7 @@ public final class TestBroker: @unchecked Sendable {
             } else {
                 // The settings of the product's config/mosquitto.conf; a persistent
                 // broker saves every second as there (with 10,000 devices' retained
-                // live frames that costs the constellation about a tenth of its throughput).
+                // live frames that costs the constellation about 8 % of its throughput).
                 var listeners = "listener \(port) 127.0.0.1"
                 if let webDirectory {
                     webPort = try freeListenerPort()

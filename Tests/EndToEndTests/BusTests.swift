@@ -22,6 +22,20 @@ import Testing
         return client
     }
 
+    /// The benches and tests measure the broker users run: every setting of
+    /// config/mosquitto.conf but its listener (on a free port here), the
+    /// save every second included (it costs a large fleet about 8 %).
+    @Test func aPersistentTestBrokerRunsTheProductsSettings() throws {
+        let broker = try TestBroker(persistent: true)
+        let product = try String(contentsOf: Repository.root.appendingPathComponent("config/mosquitto.conf"), encoding: .utf8)
+        let used = try String(contentsOf: broker.directory.appendingPathComponent("mosquitto.conf"), encoding: .utf8)
+        let usedLines = Set(used.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) })
+        let settings = product.split(separator: "\n").map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") && !$0.hasPrefix("listener ") }
+        #expect(settings.contains("autosave_interval 1"))
+        for setting in settings { #expect(usedLines.contains(setting), "the test broker lacks '\(setting)'") }
+    }
+
     @Test func everyAcknowledgementArrivesAcrossABrokerRestart() async throws {
         let broker = try TestBroker(persistent: true)
         let publisher = try await client(broker, id: "bus-restart")
