@@ -19,8 +19,9 @@ public final class TestBroker: @unchecked Sendable {
     private let executable: String
     private let config: URL
 
-    /// `persistent`: the broker saves its sessions and queues to disk when it
-    /// stops (as the product's brokers do), so `restart(graceful: true)` keeps them.
+    /// `persistent`: the broker saves its sessions and queues to disk every
+    /// second and when it stops (as the product's brokers do), so
+    /// `restart(graceful: true)` keeps them and a killed one loses a second at most.
     /// Accounts for a broker with access control: name → password.
     /// With accounts the broker runs the product's own `config/mosquitto-logins.conf`.
     public struct Accounts: Sendable {
