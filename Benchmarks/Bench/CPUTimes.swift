@@ -25,8 +25,11 @@ struct CPUTimes {
             (name: $0.name, user: ($0.user - $1.user) / Double(count) * 1e6, system: ($0.system - $1.system) / Double(count) * 1e6)
         }
         return spent.map { String(format: "%@ %.0f + %.0f µs", $0.name as NSString, $0.user, $0.system) }.joined(separator: ", ")
-            + String(format: " (%.0f µs in all)", spent.reduce(0) { $0 + $1.user + $1.system })
+            + String(format: " (%.0f µs in all)", totalPerFix(since: before, count: count))
     }
+
+    /// Every process's CPU per fix since `before`, together (µs).
+    func totalPerFix(since before: CPUTimes, count: Int) -> Double { (total - before.total) / Double(count) * 1e6 }
 }
 
 extension Health {
@@ -53,3 +56,12 @@ struct MemoryReadings {
 
 /// Bytes in MB, for the benches' lines.
 func megabytes(_ bytes: Int?) -> Double { Double(bytes ?? 0) / 1_048_576 }
+
+extension Array<Double> {
+    /// The middle value (the mean of the two middle ones for an even count): a run's figure over repeats.
+    var median: Double {
+        precondition(!isEmpty, "the median of nothing")
+        let sorted = sorted()
+        return count % 2 == 1 ? sorted[count / 2] : (sorted[count / 2 - 1] + sorted[count / 2]) / 2
+    }
+}

@@ -47,14 +47,14 @@ enum ConstellationBench {
         let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
         var ceilings: [Double] = []
         for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(constellation.broker, count: min(count, 50_000))) }
-        let ceiling = ceilings.sorted()[1]
+        let ceiling = ceilings.median
         // The same hops and fan-out with nothing done at any of them, on the same broker, over as many devices.
         let devices = fleet ?? max(1, (count + 1_599) / 1_600)
         var relays: [Double] = []
         for _ in 0..<3 {
             relays.append(try await Relay.measureConstellation(constellation.broker, count: min(count, 50_000) / 1_000 * 1_000, devices: devices))
         }
-        let relay = relays.sorted()[1]
+        let relay = relays.median
         try await constellation.start()
         defer { constellation.stop() }
         let client = try await constellation.operatorClient()
@@ -152,18 +152,18 @@ enum ConstellationBench {
             print(String(format: "latency publish → location event at 1000 fixes/s over %d devices already driving: p50 %.1f ms, p99 %.1f ms (%d events)",
                          fleet, p50, p99, samples))
         }
-        let outcome = Outcome(throughput: throughput, relays: relay, cpuPerFixUs: (cpuAfter.total - cpuBefore.total) / Double(count) * 1e6)
-        guard readsMemory else { await client.disconnect(); return outcome }
-        let memory = try await MemoryReadings.take(Constellation.services.map { constellation.services[$0]!.process }) {
-            try await waitQuiet(constellation, "after the run")
-        }
-        for (service, (busy, idle)) in zip(Constellation.services, zip(memory.busy, memory.idle)) {
-            print(String(format: "  %@: peak RSS %.1f MB (at the end %.1f MB, %.1f MB its own, the rest shared libraries; idle %.1f MB, %.1f MB its own)",
-                         service as NSString, megabytes(busy?.peak), megabytes(busy?.resident), megabytes(busy?.own),
-                         megabytes(idle?.resident), megabytes(idle?.own)))
+        if readsMemory {
+            let memory = try await MemoryReadings.take(Constellation.services.map { constellation.services[$0]!.process }) {
+                try await waitQuiet(constellation, "after the run")
+            }
+            for (service, (busy, idle)) in zip(Constellation.services, zip(memory.busy, memory.idle)) {
+                print(String(format: "  %@: peak RSS %.1f MB (at the end %.1f MB, %.1f MB its own, the rest shared libraries; idle %.1f MB, %.1f MB its own)",
+                             service as NSString, megabytes(busy?.peak), megabytes(busy?.resident), megabytes(busy?.own),
+                             megabytes(idle?.resident), megabytes(idle?.own)))
+            }
         }
         await client.disconnect()
-        return outcome
+        return Outcome(throughput: throughput, relays: relay, cpuPerFixUs: cpuAfter.totalPerFix(since: cpuBefore, count: count))
     }
 
     /// The drive's `index`-th fix; past its end, the drive again from the

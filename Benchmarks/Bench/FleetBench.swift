@@ -10,32 +10,25 @@ enum FleetBench {
     static let fleets = [10, 1_000, 10_000]
 
     static func run(count: Int, rounds: Int) async throws {
-        var ratios: [Int: [Double]] = [:], relayRatios: [Int: [Double]] = [:]
+        var outcomes: [Int: [ConstellationBench.Outcome]] = [:]
         for round in 1...rounds {
-            var outcomes: [Int: ConstellationBench.Outcome] = [:]
             for devices in fleets {
-                let outcome = try await ConstellationBench.run(count: count, devices: devices, warmup: Throughput.firstFixWarmup,
-                                                               measuresLatency: false, readsMemory: false)
-                outcomes[devices] = outcome
-                relayRatios[devices, default: []].append(outcome.throughput / outcome.relays)
+                outcomes[devices, default: []].append(try await ConstellationBench.run(
+                    count: count, devices: devices, warmup: Throughput.firstFixWarmup, measuresLatency: false, readsMemory: false))
             }
-            let base = outcomes[fleets[0]]!
-            for devices in fleets.dropFirst() { ratios[devices, default: []].append(outcomes[devices]!.throughput / base.throughput) }
             print("round \(round): " + fleets.map { devices in
-                let o = outcomes[devices]!
+                let o = outcomes[devices]![round - 1]
                 return String(format: "%d devices %.0f fixes/s (%.0f µs a fix, %.2f of the relays)", devices, o.throughput, o.cpuPerFixUs,
                               o.throughput / o.relays)
             }.joined(separator: "; "))
         }
-        print("against 10 devices, each round and the median: " + fleets.dropFirst().map { devices in
-            let each = ratios[devices]!
-            return "\(devices) devices " + each.map { String(format: "%.2f", $0) }.joined(separator: " · ") + String(format: " (%.2f)", median(each))
+        let base = outcomes[fleets[0]]!
+        print("against \(fleets[0]) devices, each round and the median: " + fleets.dropFirst().map { devices in
+            let each = zip(outcomes[devices]!, base).map { $0.throughput / $1.throughput }
+            return "\(devices) devices " + each.map { String(format: "%.2f", $0) }.joined(separator: " · ") + String(format: " (%.2f)", each.median)
         }.joined(separator: "; "))
-        print("against the relays, median: " + fleets.map { String(format: "%d devices %.2f", $0, median(relayRatios[$0]!)) }.joined(separator: ", "))
-    }
-
-    static func median(_ values: [Double]) -> Double {
-        let sorted = values.sorted()
-        return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+        print("against the relays, median: " + fleets.map { devices in
+            String(format: "%d devices %.2f", devices, outcomes[devices]!.map { $0.throughput / $0.relays }.median)
+        }.joined(separator: ", "))
     }
 }

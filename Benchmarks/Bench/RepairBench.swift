@@ -20,8 +20,8 @@ enum RepairBench {
             if let baseline { runs.append(("baseline", try await steadyState(count: count, binaries: baseline))) }
         }
         func median(_ name: String) -> Double? {
-            let times = runs.filter { $0.name == name }.map(\.seconds).sorted()
-            return times.isEmpty ? nil : times[times.count / 2]
+            let times = runs.filter { $0.name == name }.map(\.seconds)
+            return times.isEmpty ? nil : times.median
         }
         let mine = median("this build")!
         print(String(format: "steady state, %d fixes end to end to the track store: this build %@ s, median %.2f s (%.0f fixes/s)", count,

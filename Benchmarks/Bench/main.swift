@@ -113,7 +113,7 @@ do {
         // The ceiling swings between runs on a shared 2-core machine: take the median of three.
         var ceilings: [Double] = []
         for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(broker, count: count)) }
-        let ceiling = ceilings.sorted()[1]
+        let ceiling = ceilings.median
         print(String(format: "broker QoS 1 ceiling: %@ msg/s, median %.0f",
                      ceilings.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, ceiling))
         // A do-nothing relay over the same two hops: the most any service on this path can reach here.

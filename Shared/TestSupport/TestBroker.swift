@@ -65,6 +65,17 @@ public final class TestBroker: @unchecked Sendable {
     /// With a web directory, the map page's listener (MQTT over WebSockets, serving the directory); otherwise nil.
     public let webPort: Int32?
 
+    /// One of the product's broker configurations, read from the repository,
+    /// with each `(from, to)` replaced; a `from` the file no longer has is an error.
+    static func productConfig(_ path: String, replacing replacements: [(from: String, to: String)]) throws -> String {
+        var config = try String(contentsOf: Repository.root.appendingPathComponent(path), encoding: .utf8)
+        for (from, to) in replacements {
+            guard config.contains(from) else { throw TestSupportError("\(path) has no '\(from)' any more") }
+            config = config.replacingOccurrences(of: from, with: to)
+        }
+        return config
+    }
+
     public init(persistent: Bool = false, accounts: Accounts? = nil, messageSizeLimit: Int? = nil, webDirectory: String? = nil) throws {
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("tracker-broker-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
@@ -89,42 +100,35 @@ public final class TestBroker: @unchecked Sendable {
                 operatorPort = try freeListenerPort()
                 webPort = try freeListenerPort()
                 gatePort = try freeListenerPort()
-                var product = try String(contentsOf: Repository.root.appendingPathComponent("config/mosquitto-logins.conf"), encoding: .utf8)
-                for (from, to) in [("listener 1883 127.0.0.1", "listener \(port) 127.0.0.1"),
-                                   ("listener 1885 127.0.0.1", "listener \(operatorPort!) 127.0.0.1"),
-                                   ("listener 1886 127.0.0.1", "listener \(webPort!) 127.0.0.1"),
-                                   ("listener 1887 127.0.0.1", "listener \(gatePort!) 127.0.0.1"),
-                                   ("http_dir /usr/share/tracker/web", "http_dir \(webDirectory ?? Repository.root.appendingPathComponent("web").path)"),
-                                   ("password_file /etc/tracker/passwords", "password_file \((accounts.passwordDirectory ?? directory).path)/passwords"),
-                                   ("password_file /etc/tracker/operators", "password_file \((accounts.passwordDirectory ?? directory).path)/operators"),
-                                   ("acl_file /etc/tracker/acl", "acl_file \(accounts.aclFile)"),
-                                   ("persistence true", "persistence \(persistent)")] {
-                    guard product.contains(from) else { throw TestSupportError("config/mosquitto-logins.conf has no '\(from)' any more") }
-                    product = product.replacingOccurrences(of: from, with: to)
-                }
+                var product = try Self.productConfig("config/mosquitto-logins.conf", replacing: [
+                    ("listener 1883 127.0.0.1", "listener \(port) 127.0.0.1"),
+                    ("listener 1885 127.0.0.1", "listener \(operatorPort!) 127.0.0.1"),
+                    ("listener 1886 127.0.0.1", "listener \(webPort!) 127.0.0.1"),
+                    ("listener 1887 127.0.0.1", "listener \(gatePort!) 127.0.0.1"),
+                    ("http_dir /usr/share/tracker/web", "http_dir \(webDirectory ?? Repository.root.appendingPathComponent("web").path)"),
+                    ("password_file /etc/tracker/passwords", "password_file \((accounts.passwordDirectory ?? directory).path)/passwords"),
+                    ("password_file /etc/tracker/operators", "password_file \((accounts.passwordDirectory ?? directory).path)/operators"),
+                    ("acl_file /etc/tracker/acl", "acl_file \(accounts.aclFile)"),
+                    ("persistence true", "persistence \(persistent)"),
+                ])
                 if let messageSizeLimit { product = product.replacingOccurrences(of: "message_size_limit 2097152", with: "message_size_limit \(messageSizeLimit)") }
                 try (product + "\n" + common + "\n").write(to: config, atomically: true, encoding: .utf8)
                 if webDirectory == nil { webPort = nil }
             } else {
-                // The settings of the product's config/mosquitto.conf; a persistent
-                // broker saves every second as there (with 10,000 devices' retained
-                // live frames that costs the constellation about 8 % of its throughput).
-                var listeners = "listener \(port) 127.0.0.1"
+                // The product's own config/mosquitto.conf, on a free port and this
+                // directory: a persistent broker saves every second as there (with
+                // 10,000 devices' retained live frames that costs the constellation
+                // about 8 % of its throughput).
+                var product = try Self.productConfig("config/mosquitto.conf", replacing: [
+                    ("listener 1883 127.0.0.1", "listener \(port) 127.0.0.1"),
+                    ("persistence true", "persistence \(persistent)"),
+                ])
                 if let webDirectory {
                     webPort = try freeListenerPort()
-                    listeners += "\nlistener \(webPort!) 127.0.0.1\nprotocol websockets\nhttp_dir \(webDirectory)"
+                    product += "\nlistener \(webPort!) 127.0.0.1\nprotocol websockets\nhttp_dir \(webDirectory)"
                 }
-                try """
-                    \(listeners)
-                    allow_anonymous true
-                    \(messageSizeLimit.map { "message_size_limit \($0)" } ?? "")
-                    max_queued_messages 1000000
-                    max_inflight_messages 0
-                    set_tcp_nodelay true
-                    persistence \(persistent)
-                    \(persistent ? "autosave_interval 1" : "")
-                    \(common)
-                    """.write(to: config, atomically: true, encoding: .utf8)
+                if let messageSizeLimit { product += "\nmessage_size_limit \(messageSizeLimit)" }
+                try (product + "\n" + common + "\n").write(to: config, atomically: true, encoding: .utf8)
             }
             let executable = ["/usr/sbin/mosquitto", "/usr/local/sbin/mosquitto", "/usr/bin/mosquitto"]
                 .first { FileManager.default.isExecutableFile(atPath: $0) } ?? "mosquitto"
