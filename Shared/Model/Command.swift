@@ -53,7 +53,7 @@ public enum CommandCatalog {
                                 "getGeofences", "getGeofenceEvents", "deleteGeofenceEvents",
                                 "setActiveRoute", "isOffRoute", "getTrips", "getStops", "repairMotion"]
     public static let track = ["getPoints", "getCount", "getOdometer", "buildTrack", "exportGeoJSON",
-                               "exportPolylineJSON", "exportGPX", "getSummary"]
+                               "exportPolylineJSON", "exportGPX", "getSummary", "getLive"]
     public static let uploader = ["configureSync", "syncNow"]
     public static let all = Set(gateway + filter + motion + track + uploader)
 

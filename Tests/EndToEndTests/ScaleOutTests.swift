@@ -109,17 +109,20 @@ extension HeavySuites {
         /// A `_fleet` command reaches every partition and its asker gets one
         /// reply made of all of theirs: the fleet fence's crossings of devices
         /// in different partitions (run by two motion instances), merged newest
-        /// first and paged; the count deleted summed; one reply on the
-        /// MQTT 3.1.1 reply topic, not one per partition.
+        /// first and paged; the count deleted summed; the devices' live frames
+        /// (two track instances) in device order, page by page; one reply on
+        /// the MQTT 3.1.1 reply topic, not one per partition.
         @Test func aFleetCommandIsAnsweredOnceForEveryPartition() async throws {
             let partitions = 4
             let fleet = try ScaledConstellation(partitions: partitions)
             defer { fleet.stopAll() }
             for service in ["gateway", "filter"] { try fleet.start(service, "a") }
-            try fleet.start("motion", "a")
-            try fleet.start("motion", "b")
+            for service in ["motion", "track"] {
+                try fleet.start(service, "a")
+                try fleet.start(service, "b")
+            }
             for service in ["gateway", "filter"] { _ = try await fleet.waitShared(service, among: ["a"]) }
-            _ = try await fleet.waitShared("motion", among: ["a", "b"])
+            for service in ["motion", "track"] { _ = try await fleet.waitShared(service, among: ["a", "b"]) }
             // Devices in three different partitions.
             let split = Partitioning(count: partitions)
             var devices: [String] = []
@@ -162,6 +165,26 @@ extension HeavySuites {
             #expect(all.result == .array(newestFirst), "\(all)")
             let page = try await TestClient.command(client, device: "_fleet", "getGeofenceEvents", args: .object(["limit": .number(3), "offset": .number(2)]))
             #expect(page.result == .array(Array(newestFirst[2..<5])), "\(page)")
+
+            // Every device's live frame at its last fix, two a page.
+            func lastFixMs(_ i: Int) -> Double { (1_790_000_000.0 + Double(i * 60 + 100)) * 1000 }
+            var framed: [String: Double] = [:]
+            repeat {
+                framed = [:]
+                var after: String?
+                repeat {
+                    var args: [String: JSONValue] = ["limit": .number(2)]
+                    if let after { args["after"] = .string(after) }
+                    let reply = try await TestClient.command(client, device: "_fleet", "getLive", args: .object(args))
+                    #expect(reply.ok, "\(reply)")
+                    for frame in reply.result?["frames"]?.arrayValue ?? [] {
+                        if let device = frame["device"]?.stringValue { framed[device] = frame["timeMs"]?.doubleValue }
+                    }
+                    after = reply.result?["next"]?.stringValue
+                } while after != nil
+            } while !devices.enumerated().allSatisfy({ framed[$1] == lastFixMs($0) }) && ContinuousClock.now < deadline
+            #expect(framed.keys.sorted() == devices.sorted(), "\(framed)")
+            for (i, device) in devices.enumerated() { #expect(framed[device] == lastFixMs(i), "\(device)") }
 
             // Without a response topic (MQTT 3.1.1), one reply each on the contract's reply topic.
             let replies = try await fleet.collector(["tracker/_fleet/reply/getGeofences"])

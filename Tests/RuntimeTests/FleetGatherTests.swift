@@ -41,6 +41,29 @@ import Testing
         #expect(late == nil)
     }
 
+    /// `getLive`'s pages: every partition's frames in device order, up to
+    /// the first device a partition stopped at, then the asker's limit.
+    @Test func pagesInKeyOrderMergeUpToTheFirstStop() {
+        func page(_ devices: [String], next: String?) -> CommandReply {
+            var page: [String: JSONValue] = ["frames": .array(devices.map { .object(["device": .string($0)]) })]
+            if let next { page["next"] = .string(next) }
+            return .success(id: .string("q"), .object(page))
+        }
+        func merged(_ replies: [CommandReply], limit: Int = 1_000, maxReplyBytes: Int = 1 << 20) -> (devices: [String], next: String?) {
+            let reply = gather(replies.count, maxReplyBytes: maxReplyBytes)
+                .merge(replies, how: .inKeyOrder(items: "frames", key: "device"), page: .init(limit: limit, offset: 0))
+            return (reply.result?["frames"]?.arrayValue?.compactMap { $0["device"]?.stringValue } ?? [], reply.result?["next"]?.stringValue)
+        }
+        // Partition 0 stopped at "c": partition 1's "d" and "e" come with the next page.
+        #expect(merged([page(["a", "c"], next: "c"), page(["b", "d", "e"], next: nil)]) == (["a", "b", "c"], "c"))
+        #expect(merged([page(["a", "c"], next: nil), page(["b", "d", "e"], next: nil)]) == (["a", "b", "c", "d", "e"], nil))
+        // Together more than the asker's limit, or than a reply holds: cut there, with a next.
+        #expect(merged([page(["a", "c"], next: nil), page(["b", "d", "e"], next: nil)], limit: 2) == (["a", "b"], "b"))
+        #expect(merged([page(["a", "c"], next: nil), page(["b", "d"], next: nil)], maxReplyBytes: 100) == (["a", "b"], "b"))
+        let broken = gather(2).merge([page(["a"], next: nil), .success(id: nil, .array([]))], how: .inKeyOrder(items: "frames", key: "device"), page: nil)
+        #expect(broken.code == "internal")
+    }
+
     @Test func aFailureOfAnyPartitionIsTheAnswer() {
         var fleet = gather()
         _ = fleet.start("g", asker: asker, how: .same, page: nil, nowMs: 0)

@@ -169,6 +169,70 @@ extension TrackHostTests {
 }
 
 extension TrackHostTests {
+    func point(_ device: String, _ seq: Int64, t: Double, x: Double) -> MQTTMessage {
+        let (lat, lon) = frame.toGeo(x: x, y: 0)
+        let p = TrackPoint(seq: seq, sessionID: "s-\(device)", timeMs: t0 + Int64(t * 1000), latitude: lat, longitude: lon,
+                           accuracyM: 5, speedMps: 10, courseDeg: 90, odometerM: x)
+        return MQTTMessage(topic: "tracker/\(device)/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID(device)!, point: p, epoch: "f")))
+    }
+
+    func fleetQuery(_ track: ServiceHost<TrackRow>, _ name: String, _ args: String) throws -> CommandReply {
+        bus.clear()
+        track.receive(MQTTMessage(topic: "tracker/_fleet/cmd/\(name)", string: #"{"id":"\#(name)","args":\#(args)}"#))
+        #expect(track.commit())
+        let message = try #require(bus.waitForMessage { $0.topic == "tracker/_fleet/reply/\(name)" })
+        return try JSONDecoder().decode(CommandReply.self, from: Data(message.payload))
+    }
+
+    /// `getLive` answers the frame the topic carried: for one device, or
+    /// the fleet's in device order, page by page after `next`.
+    @Test func getLiveAnswersTheFramesTheTopicCarries() throws {
+        let track = try host()
+        for (n, device) in ["van3", "van1", "car2", "bike9", "van2"].enumerated() {
+            for i in 0..<5 { track.receive(point(device, Int64(i + 1), t: Double(i), x: Double(n * 1000 + i * 10))) }
+        }
+        #expect(track.commit())
+        let published = try JSONDecoder().decode(LiveFrame.self, from: Data(try #require(bus.messages.last { $0.topic == "tracker/van1/live" }).payload))
+        let one = try query(track, "getLive", "{}")
+        #expect(try JSONDecoder().decode(LiveFrame.self, from: JSONEncoder().encode(try #require(one.result))) == published)
+
+        var devices: [String] = []
+        var after: String?
+        var pages = 0
+        repeat {
+            let reply = try fleetQuery(track, "getLive", after.map { #"{"limit":2,"after":"\#($0)"}"# } ?? #"{"limit":2}"#)
+            #expect(reply.ok)
+            devices += reply.result?["frames"]?.arrayValue?.compactMap { $0["device"]?.stringValue } ?? []
+            after = reply.result?["next"]?.stringValue
+            pages += 1
+        } while after != nil && pages < 10
+        #expect(devices == ["bike9", "car2", "van1", "van2", "van3"])
+        #expect(pages == 3)
+
+        #expect(try fleetQuery(track, "getLive", #"{"limit":0}"#).code == "badInput")
+        bus.clear()
+        track.receive(MQTTMessage(topic: "tracker/nobody/cmd/getLive", string: #"{"id":"x"}"#))
+        #expect(track.commit())
+        let missing = try #require(bus.waitForMessage { $0.topic == "tracker/nobody/reply/getLive" })
+        #expect(try JSONDecoder().decode(CommandReply.self, from: Data(missing.payload)).code == "notFound")
+    }
+
+    /// `retainLiveFrames` off: frames go unretained, and a frame retained
+    /// before is cleared once (an empty retained message) with the first.
+    @Test func framesNotRetainedClearTheRetainedOneOnce() throws {
+        let track = try ServiceHost<TrackRow>.inProcess(TrackService.definition(try TrackSettings(.test(["retainLiveFrames": .bool(false)]))),
+                                                        path: database.path, bus: bus, clock: clock)
+        track.receive(point("van1", 1, t: 0, x: 0))
+        #expect(track.commit())
+        track.receive(point("van1", 2, t: 1, x: 10))
+        track.receive(point("van1", 3, t: 2, x: 20))
+        #expect(track.commit())
+        let sent = bus.messages.filter { $0.topic == "tracker/van1/live" }
+        #expect(sent.map(\.payload.isEmpty) == [true, false, false])
+        #expect(sent[0].retain && !sent[1].retain && !sent[2].retain)
+        #expect(try query(track, "getLive", "{}").result?["timeMs"]?.int64Value == t0 + 2_000)
+    }
+
     @Test func theRowReadsBackAsWritten() throws {
         var row = TrackRow(lastTimeMs: 5, lastLatitude: 48.1, lastLongitude: 11.5,
                            last: TrackPoint(seq: 3, sessionID: "s", timeMs: 5, latitude: 48.1, longitude: 11.5, accuracyM: 4, speedMps: 2, odometerM: 9),

@@ -16,6 +16,11 @@ struct TrackSettings {
     var roadSnap: RoadSnapper?
     var roadSnapTimeoutMs: Int
     var friends: FriendsPolicy
+    /// Whether the live frames are retained by the broker. A large fleet
+    /// turns it off: the broker writes every retained message to disk with
+    /// each save (every second), and fixes wait meanwhile; viewers then take
+    /// the fleet's frames from `getLive` and follow the topic.
+    var retainLiveFrames: Bool
 
     init(_ reader: SettingsReader) throws {
         if let url = try reader.optionalString("roadSnapUrl") {
@@ -34,6 +39,7 @@ struct TrackSettings {
         gapMinDistanceM = try reader.double("trackingGapMinDistanceM", default: 250, in: 0...1_000_000)
         friends = FriendsPolicy(rawValue: try reader.choice("friends", default: FriendsPolicy.ownTracks.rawValue,
                                                             among: FriendsPolicy.allCases.map(\.rawValue)))!
+        retainLiveFrames = try reader.bool("retainLiveFrames", default: true)
     }
 }
 
@@ -49,8 +55,15 @@ struct TrackRow: Codable, Equatable {
     var tail: [Vertex] = []
     var session: LiveSession?
     var sessionStartOdometerM: Double?
+    /// This process cleared the device's retained frame (`retainLiveFrames`
+    /// off): not stored, so a row read again clears it once more, harmlessly.
+    var retainedFrameCleared = false
 
     static let tailLength = 120
+
+    private enum CodingKeys: String, CodingKey {
+        case lastTimeMs, lastLatitude, lastLongitude, last, motion, tail, session, sessionStartOdometerM
+    }
 }
 
 extension LiveSession: JSONWritable {
@@ -104,13 +117,13 @@ enum TrackService {
                 inputs: [
                     .sequenced("points", decode: { try PointMessage(flat: $0) ?? JSONCoding.decoder.decode(PointMessage.self, from: Data($0)) }) { message, work in
                         try keep(message, work, store: store, settings: settings)
-                        live(work)
+                        live(work, retained: settings.retainLiveFrames)
                         // The newest point only: a late one (a repair) does not move a friend back.
                         if work.row.last == message.point { friends.publish(message.point, measured: message.measured, work) }
                     },
                     .sequenced("motion", decode: { try MotionMessage(flat: $0) ?? JSONCoding.decoder.decode(MotionMessage.self, from: Data($0)) }) { message, work in
                         work.row.motion = message.state
-                        live(work)
+                        live(work, retained: settings.retainLiveFrames)
                     },
                 ],
                 commands: [
@@ -132,6 +145,8 @@ enum TrackService {
                     .query("exportPolylineJSON") { command, query in .value(try Exports.polylineJSON(try Exports.track(command, query, settings))) },
                     .query("exportGPX") { command, query in .value(Exports.gpx(try Exports.track(command, query, settings))) },
                     .query("getSummary") { command, query in .value(try Summary.of(command, query)) },
+                    .query("getLive", scope: .any) { command, query in try LiveFrames.answer(command, query) }
+                        .mergingFleetReplies(.inKeyOrder(items: "frames", key: "device")),
                 ],
                 retention: [LogRetention(store.points, keepPerDevice: settings.maxPointsPerDevice, maxTotal: settings.maxPointsTotal)])
         }
@@ -158,19 +173,19 @@ enum TrackService {
         row.session = session
     }
 
-    /// The live frame, retained at QoS 0; only the newest of a batch is published.
-    private static func live(_ work: Work<TrackRow>) {
-        guard let point = work.row.last else { return }
+    /// The live frame at QoS 0, retained unless the setting says not;
+    /// only the newest of a batch is published.
+    private static func live(_ work: Work<TrackRow>, retained: Bool) {
         let row = work.row, device = work.device, topic = work.topics.live(device)
+        guard row.last != nil else { return }
+        if !retained, !row.retainedFrameCleared {
+            // A frame retained before the setting changed would stay in every save of the broker's.
+            work.publish(MQTTMessage(topic: topic, payload: [], qos: .atMostOnce, retain: true))
+            work.row.retainedFrameCleared = true
+        }
         // Made only for the batch's newest frame of the device.
         work.publishLatest(topic: topic) {
-            let tail = row.tail
-            let frame = LocalFrame(originLat: point.latitude, originLon: point.longitude)
-            let kept = TrackBuilder().simplify(tail.map { frame.toLocal(lat: $0.latitude, lon: $0.longitude) }, tolerance: 5)
-            let live = LiveFrame(device: device, timeMs: point.timeMs, latitude: point.latitude, longitude: point.longitude,
-                                 accuracyM: point.accuracyM, speedMps: point.speedMps, headingDeg: point.courseDeg, motion: row.motion,
-                                 tail: kept.map { [tail[$0].latitude, tail[$0].longitude] }, session: row.session)
-            return MQTTMessage(topic: topic, payload: JSONCoding.bytes(live), qos: .atMostOnce, retain: true)
+            MQTTMessage(topic: topic, payload: JSONCoding.bytes(LiveFrames.frame(device, row)!), qos: .atMostOnce, retain: retained)
         }
     }
 

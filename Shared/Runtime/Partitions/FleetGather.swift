@@ -15,6 +15,11 @@ public enum FleetReplies: Sendable {
     /// number `key` of each item: one page of the whole history. Each
     /// partition is asked for its first `offset + limit` items.
     case newestFirst(by: String)
+    /// Each partition answers `{items: […], next?}`: its items after the
+    /// asker's cursor in the order of their text `key`, `next` when it
+    /// stopped short. One page of the whole fleet, in that order, with
+    /// `next` for the asker's next question.
+    case inKeyOrder(items: String, key: String)
 }
 
 /// The `_fleet` commands a partitioned service's ingress sent to every
@@ -27,7 +32,7 @@ struct FleetGather {
         var correlationData: [UInt8]?
     }
 
-    /// The page a `newestFirst` command asked for, as the asker asked it.
+    /// The page a `newestFirst` or `inKeyOrder` command asked for, as the asker asked it.
     struct Page: Equatable {
         var limit: Int
         var offset: Int
@@ -110,7 +115,47 @@ struct FleetGather {
             return .success(id: id, combine(replies.map { $0.result ?? .null }))
         case .newestFirst(let key):
             return mergePages(replies, key: key, page: page ?? Page(limit: PageArgs.defaultLimit, offset: 0))
+        case .inKeyOrder(let itemsKey, let key):
+            return mergeInKeyOrder(replies, items: itemsKey, key: key, limit: page?.limit ?? PageArgs.defaultLimit)
         }
+    }
+
+    /// Every partition's items merged in key order, exact up to the first
+    /// item a partition stopped at (past it, that partition may hold more),
+    /// then `limit` items and the reply's bound; `next` where it ends short.
+    private func mergeInKeyOrder(_ replies: [CommandReply], items itemsKey: String, key: String, limit: Int) -> CommandReply {
+        let id = replies.first?.id
+        var items: [(key: String, item: JSONValue)] = []
+        var stops: [String] = []
+        for (k, reply) in replies.enumerated() {
+            guard let list = reply.result?[itemsKey]?.arrayValue else {
+                return .failure(id: id, CommandError(.internal, "partition \(k) answered something other than a page of '\(itemsKey)'"))
+            }
+            for (i, item) in list.enumerated() {
+                guard let value = item[key]?.stringValue else {
+                    return .failure(id: id, CommandError(.internal, "partition \(k)'s item \(i) has no text '\(key)'"))
+                }
+                items.append((value, item))
+            }
+            if let next = reply.result?["next"]?.stringValue { stops.append(next) }
+        }
+        items.sort { $0.key < $1.key }
+        var next = stops.min()
+        if let stop = next { items.removeAll { $0.key > stop } }
+        var kept: [JSONValue] = []
+        var bytes = 64
+        for entry in items {
+            let size = JSONCoding.encode(entry.item).count + 1
+            if kept.count == limit || (!kept.isEmpty && bytes + size > maxReplyBytes) {
+                next = items[kept.count - 1].key
+                break
+            }
+            bytes += size
+            kept.append(entry.item)
+        }
+        var page: [String: JSONValue] = [itemsKey: .array(kept)]
+        if let next { page["next"] = .string(next) }
+        return .success(id: id, .object(page))
     }
 
     /// Every partition's first `offset + limit` items, newest first, merged;

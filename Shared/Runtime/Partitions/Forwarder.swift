@@ -151,6 +151,10 @@ final class Forwarder: @unchecked Sendable {
             args["limit"] = .number(Double(offset + limit))
             args["offset"] = .number(0)
             payload = JSONCoding.bytes(CommandRequest(id: request.id, args: .object(args)))
+        } else if case .inKeyOrder = how, let request, let args = request.args,
+                  let asked = try? JSONCoding.decoder.decode(PageArgs.self, from: JSONCoding.encode(args)), let (limit, _) = try? asked.validated() {
+            // Each partition is asked as the asker asked (after its cursor, its limit); the merge keeps the limit.
+            page = FleetGather.Page(limit: limit, offset: 0)
         }
         let id = UUID().uuidString.lowercased()
         let (started, capacity) = gathers.withLock {
