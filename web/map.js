@@ -1,7 +1,8 @@
 // The fleet live, and a device's day: connects to the broker that serves
 // this page (MQTT over WebSockets, with the map's read-only account),
-// follows the retained live frames and the events, and asks the track
-// service for built tracks. Read-only: it publishes nothing but the
+// takes the fleet's live frames from the track service (getLive), follows
+// the live frames and the events, and asks the track service for built
+// tracks. Read-only: it publishes nothing but the
 // queries below, and the broker's ACL holds it to that.
 (function () {
   'use strict';
@@ -20,7 +21,7 @@
 
   /// Every device seen: its layers, latest frame, last event, list entry.
   const devices = new Map();
-  /// Frames waiting for the next animation frame: only the newest per device is drawn.
+  /// Frames waiting for the next animation frame, with when they came: only the newest per device is drawn.
   const pending = new Map();
   let followed = null;
   let fitted = false;
@@ -93,10 +94,10 @@
     if (pending.size > 0) {
       const started = performance.now();
       const arrived = Date.now();
-      for (const [id, frame] of pending) {
+      for (const [id, { frame, arrivedMs }] of pending) {
         const d = device(id);
         d.frame = frame;
-        d.arrivedMs = arrived;
+        d.arrivedMs = arrivedMs == null ? arrived : arrivedMs;
         draw(d, frame);
         showAge(d, arrived);
       }
@@ -122,9 +123,12 @@
   // instead of an age in thousands of hours.
   function showAge(d, now) {
     const seconds = Math.max(0, Math.round((now - d.arrivedMs) / 1000));
-    let text = seconds < 120 ? `${seconds} s` : seconds < 7200 ? `${Math.round(seconds / 60)} min` : `${Math.round(seconds / 3600)} h`;
+    const utc = ms => `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+    // A frame from the track service (a page opened later) came when its fix did, days ago perhaps: the date then.
+    let text = seconds < 120 ? `${seconds} s` : seconds < 7200 ? `${Math.round(seconds / 60)} min`
+      : seconds < 172800 ? `${Math.round(seconds / 3600)} h` : `since ${utc(d.arrivedMs)}`;
     if (d.arrivedMs - d.frame.timeMs > 3600 * 1000) {
-      text += ` · replay of ${new Date(d.frame.timeMs).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+      text += ` · replay of ${utc(d.frame.timeMs)}`;
     }
     d.item.querySelector('.age').textContent = text;
     d.item.dataset.replay = d.arrivedMs - d.frame.timeMs > 3600 * 1000 ? 'true' : 'false';
@@ -173,6 +177,7 @@
     say('connected');
     client.subscribe([`${settings.prefix}/+/live`, `${settings.prefix}/+/events`, replyTopic], { qos: 0 }, () => {
       document.body.dataset.connected = 'true';
+      loadFleet();
     });
   });
   client.on('close', () => say('disconnected; trying again'));
@@ -185,7 +190,7 @@
       const done = waiting.get(body.id);
       if (done) { waiting.delete(body.id); done(body); }
     } else if (leaf === 'live' && body.device) {
-      pending.set(body.device, body);
+      pending.set(body.device, { frame: body, arrivedMs: null });
     } else if (leaf === 'events' && body.device) {
       noteEvent(body);
     }
@@ -203,6 +208,28 @@
       client.publish(`${settings.prefix}/${deviceID}/cmd/${name}`, JSON.stringify({ id, args }),
                      { qos: 1, properties: { responseTopic: replyTopic } });
     });
+  }
+
+  /// Every device's latest frame, from the track service: a fleet whose
+  /// frames are not retained (retainLiveFrames off) shows its parked vans too.
+  /// A frame that came on the topic meanwhile is newer and stays.
+  async function loadFleet() {
+    let after = null;
+    try {
+      do {
+        const page = await ask('_fleet', 'getLive', after ? { after } : {});
+        for (const frame of page.frames || []) {
+          const known = pending.has(frame.device) ? pending.get(frame.device).frame : (devices.get(frame.device) || {}).frame;
+          if (known && known.timeMs >= frame.timeMs) continue;
+          // Its age counts from its fix, not from this page's question.
+          pending.set(frame.device, { frame, arrivedMs: Math.min(Date.now(), frame.timeMs) });
+        }
+        after = page.next;
+      } while (after);
+      document.body.dataset.fleetLoaded = 'true';
+    } catch (e) {
+      say(`the fleet's live frames: ${e.message}`);
+    }
   }
 
   async function follow(id) {

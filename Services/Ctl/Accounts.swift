@@ -270,7 +270,7 @@ enum GeneratedACL {
 
     /// The same as `user tracker-map` in config/acl (AccountsTests holds them equal).
     static let mapLines = [
-        "topic read tracker/+/live", "topic read tracker/+/events", "topic read tracker/_health/#",
+        "topic read tracker/+/live", "topic read tracker/+/events", "topic read tracker/_health/#", "topic write tracker/+/cmd/getLive",
         "topic write tracker/+/cmd/buildTrack", "topic write tracker/+/cmd/getSessions",
         "topic write tracker/+/cmd/getGeofences", "topic write tracker/+/cmd/getGeofenceEvents",
     ]

@@ -75,7 +75,7 @@ import Testing
         #expect(try dir.run(["add", "map", "wall", "--password", "p"]).code == 0)
         let acl = try dir.text("acl")
         #expect(Self.block("wall", in: acl) == Self.block("tracker-map", in: acl))
-        #expect(Self.block("wall", in: acl).count == 7)
+        #expect(Self.block("wall", in: acl).count == 8)
     }
 
     /// A member reads with its own per-device login when it has one, else the

@@ -48,8 +48,9 @@ extension HeavySuites {
             func user(_ login: String) -> [String] { ["-u", "\(login):\(constellation.passwords[login]!)"] }
         }
 
-        static func start(_ settings: [String: Any] = [:], extraAccounts: [String: String] = [:], aclFile: String? = nil) async throws -> Running {
-            let constellation = try Constellation(logins: true, accounts: accounts.merging(extraAccounts) { $1 }, aclFile: aclFile)
+        static func start(_ settings: [String: Any] = [:], extraAccounts: [String: String] = [:], aclFile: String? = nil,
+                          services: [String: [String: Any]] = [:]) async throws -> Running {
+            let constellation = try Constellation(logins: true, config: services, accounts: accounts.merging(extraAccounts) { $1 }, aclFile: aclFile)
             try await constellation.start()
             let port = try freeListenerPort()
             var config: [String: Any] = ["httpHost": "127.0.0.1", "httpPort": Int(port), "gatePort": Int(constellation.broker.gatePort),
@@ -188,6 +189,30 @@ extension HeavySuites {
             #expect(geojson.status == 200 && geojson.body.contains("FeatureCollection"), "\(geojson)")
             let unknown = try run.curl(run.user("devA") + ["\(run.base)/api/v1/devices/devA/sessions/nope/track"])
             #expect(unknown.status == 404 && unknown.code == "notFound", "\(unknown)")
+            await ctl.disconnect()
+        }
+
+        /// With the live frames not retained (`retainLiveFrames` off) the API
+        /// answers as with them: the track service's frames, each account
+        /// the ones it may read.
+        @Test func liveFramesNotRetainedAreServedAsTheAccountMayReadThem() async throws {
+            let run = try await Self.start(services: ["track": ["retainLiveFrames": false]])
+            defer { run.stop() }
+            let now = Int(Date().timeIntervalSince1970)
+            for device in ["devA", "devB"] {
+                let fix = try run.curl(run.user(device) + ["-X", "POST", "\(run.base)/?id=\(device)&timestamp=\(now)&lat=48.1&lon=11.5&accuracy=5"])
+                #expect(fix.status == 200, "\(fix)")
+            }
+            let ctl = try await run.constellation.operatorClient()
+            for device in ["devA", "devB"] { try await Replay.waitCount(of: device, 1, with: ctl) }
+            let mine = try run.curl(run.user("devA") + ["\(run.base)/api/v1/devices"])
+            #expect(mine.status == 200 && ((mine.json as? [[String: Any]])?.compactMap { $0["device"] as? String } ?? []) == ["devA"], "\(mine)")
+            let all = try run.curl(run.user("tracker-map") + ["\(run.base)/api/v1/devices"])
+            #expect(((all.json as? [[String: Any]])?.compactMap { $0["timeMs"] as? Int } ?? []) == [now * 1000, now * 1000], "\(all)")
+            let frame = try run.curl(run.user("devB") + ["\(run.base)/api/v1/devices/devB"])
+            #expect(frame.status == 200 && (frame.json as? [String: Any])?["latitude"] as? Double == 48.1, "\(frame)")
+            let hidden = try run.curl(run.user("devA") + ["\(run.base)/api/v1/devices/devB"])
+            #expect(hidden.status == 404 && hidden.code == "notFound", "\(hidden)")
             await ctl.disconnect()
         }
 

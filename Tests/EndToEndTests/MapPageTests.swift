@@ -66,6 +66,37 @@ extension HeavySuites {
             await client.disconnect()
         }
 
+        /// A fleet whose live frames are not retained (`retainLiveFrames`
+        /// off): the broker holds no frame of the device, and a page opened
+        /// after the drive still shows it, from the track service (`getLive`).
+        @Test func aPageOpenedAfterTheDriveShowsFramesThatAreNotRetained() async throws {
+            let constellation = try Constellation(logins: true, config: ["track": ["retainLiveFrames": false]], web: true)
+            try await constellation.start()
+            defer { constellation.stop() }
+            let client = try await constellation.operatorClient()
+            let fixes = try Fixtures.lines("demo-drive.jsonl")
+            try await Replay.publish(fixes, device: Self.device, with: client)
+            try await constellation.waitJudged(Int64(fixes.count))
+            // What a subscriber gets now: no retained frame, whatever the broker kept (a marker after it).
+            let live = try await constellation.collector(["tracker/+/live"])
+            try await client.publishAndWait(MQTTMessage(topic: "tracker/zz-marker/live", string: "{}"))
+            let seen = try await live.wait(description: "the marker") { $0.contains { $0.topic == "tracker/zz-marker/live" } }
+            #expect(!seen.contains { $0.topic == "tracker/\(Self.device)/live" && !$0.payload.isEmpty }, "\(seen.map(\.topic))")
+            await live.close()
+
+            let page = "http://127.0.0.1:\(constellation.broker.webPort!)/index.html"
+                + "#user=tracker-map&password=\(constellation.passwords["tracker-map"]!)"
+            let result = try Browser.run(page, waits: ["body[data-fleet-loaded]", #"#devices li[data-device="demo-van"] .age:not(:empty)"#],
+                                         evaluations: ["document.querySelector('#map').dataset.devices",
+                                                       "document.querySelector('#devices li[data-device=\"demo-van\"] .age').textContent"],
+                                         in: constellation.broker.directory)
+            #expect(result.status == 0, "\(result.output)")
+            #expect(result.values.first == "1", "\(result.values)")
+            // Its age counts from its fix (the drive is from 2020), not from when the page asked.
+            #expect((result.values.dropFirst().first ?? "").hasPrefix("since 2020-02-07"), "\(result.values)")
+            await client.disconnect()
+        }
+
         @Test func theViewFileOpensOffline() async throws {
             let (constellation, client) = try await replayedDemo()
             defer { constellation.stop() }

@@ -32,6 +32,8 @@ final class AccountSession: Sendable {
     struct State {
         var lastUsedMs: Int64
         var live: [String: [UInt8]] = [:]
+        /// The track service's frames were read once (`getLive`); the subscription keeps them current.
+        var liveLoaded = false
         var friends: [String: [UInt8]] = [:]
         /// The filters subscribed so far (each once per session).
         var subscribed: Set<String> = []
@@ -59,7 +61,8 @@ final class AccountSession: Sendable {
     func received(_ message: MQTTMessage) {
         let levels = message.topic.split(separator: "/", omittingEmptySubsequences: false)
         if levels.count == 3, levels[0] == Substring(topics.prefix), levels[2] == "live" {
-            state.withLock { $0.live[String(levels[1])] = message.payload }
+            // Empty: the track service cleared a retained frame (retainLiveFrames off); the next comes unretained.
+            state.withLock { $0.live[String(levels[1])] = message.payload.isEmpty ? $0.live[String(levels[1])] : message.payload }
         } else if levels.first == Substring(topics.ownTracksPrefix), levels.count >= 3, levels[1] == Substring(Topics.ownTracksFriendsUser) {
             state.withLock { $0.friends[message.topic] = message.payload }
         } else if levels.count == 3, levels[2] == "events" {
@@ -137,10 +140,56 @@ final class AccountSession: Sendable {
         state.withLock { $0.subscribed.formUnion(filters) }
     }
 
-    /// The live frames the account may read, by device.
-    func liveFrames() async throws -> [String: [UInt8]] {
+    /// The live frames the account may read, by device: the retained ones,
+    /// the track service's (once a session: a fleet's frames need not be
+    /// retained), and whatever came since.
+    func liveFrames(timeout: Duration) async throws -> [String: [UInt8]] {
         try await subscribeOnce(["\(topics.prefix)/+/live"], qos: .atMostOnce, settled: true)
+        if !state.withLock({ $0.liveLoaded }) {
+            do {
+                try await loadLiveFrames(timeout: timeout)
+                state.withLock { $0.liveLoaded = true }
+            } catch where !state.withLock({ $0.live.isEmpty }) {
+                // Retained frames stand meanwhile; the next request asks again.
+            }
+        }
         return state.withLock { $0.live }
+    }
+
+    /// `getLive` for the fleet, page by page, or, for an account that may
+    /// not ask the fleet's (a device), for the device the account is.
+    private func loadLiveFrames(timeout: Duration) async throws {
+        var after: String?
+        repeat {
+            let reply: CommandReply
+            do {
+                reply = try await command(.fleet, "getLive", args: after.map { ["after": .string($0)] } ?? [:], timeout: timeout)
+            } catch let error as HTTPError where error.code == .forbidden {
+                // Its own frame, if the account is a device that may ask for it (none yet: notFound).
+                guard let own = DeviceID(login), !own.isReserved else { return }
+                do {
+                    let mine = try await command(own, "getLive", args: [:], timeout: timeout)
+                    if mine.ok, let frame = mine.result { offer(frame) }
+                } catch let error as HTTPError where error.code == .forbidden {}
+                return
+            }
+            guard reply.ok else {
+                let code = ErrorCode(rawValue: reply.code ?? "") ?? .internal
+                throw HTTPError(HTTPError.status(of: code), code, "the track service's live frames (getLive): \(reply.message ?? "no message")")
+            }
+            for frame in reply.result?["frames"]?.arrayValue ?? [] { offer(frame) }
+            after = reply.result?["next"]?.stringValue
+        } while after != nil
+    }
+
+    /// A frame from the track service, unless the topic brought a newer one already.
+    private func offer(_ frame: JSONValue) {
+        struct Stamp: Decodable { var timeMs: Int64 }
+        guard let device = frame["device"]?.stringValue, let timeMs = frame["timeMs"]?.int64Value else { return }
+        state.withLock { s in
+            if let known = s.live[device], let stamp = try? JSONCoding.decoder.decode(Stamp.self, from: Data(known)), stamp.timeMs >= timeMs { return }
+            s.live[device] = JSONCoding.bytes(frame)
+        }
     }
 
     /// The friends the account may read (`owntracks/_tracker/…`, its teammates), as OwnTracks HTTP mode answers.
