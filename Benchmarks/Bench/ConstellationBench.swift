@@ -44,7 +44,13 @@ enum ConstellationBench {
         var quiet: [String: Any] = ["logLevel": "warning", "healthIntervalSec": 0.2]
         if let backlog = try environmentNumber("CONSTELLATION_BACKLOG", minimum: 100) { quiet["outputBacklogMax"] = backlog }
         if let budget = try environmentNumber("CONSTELLATION_BUDGET", minimum: 1, maximum: 65_536) { quiet["cacheBudgetMB"] = budget }
-        let constellation = try Constellation(config: Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) }))
+        var config = Dictionary(uniqueKeysWithValues: Constellation.services.map { ($0, quiet) })
+        // CONSTELLATION_RETAIN_LIVE=0: the track's retainLiveFrames off (the setting for a large fleet).
+        if let retain = try environmentNumber("CONSTELLATION_RETAIN_LIVE", minimum: 0, maximum: 1) {
+            config["track"]?["retainLiveFrames"] = retain != 0
+            print("live frames \(retain != 0 ? "retained" : "not retained") (retainLiveFrames)")
+        }
+        let constellation = try Constellation(config: config)
         var ceilings: [Double] = []
         for _ in 0..<3 { ceilings.append(try await Throughput.brokerCeiling(constellation.broker, count: min(count, 50_000))) }
         let ceiling = ceilings.median
