@@ -206,14 +206,20 @@
         reply.ok ? resolve(reply.result) : reject(new Error(`${name}: ${reply.code} ${reply.message}`));
       });
       client.publish(`${settings.prefix}/${deviceID}/cmd/${name}`, JSON.stringify({ id, args }),
-                     { qos: 1, properties: { responseTopic: replyTopic } });
+                     { qos: 1, properties: { responseTopic: replyTopic } }, error => {
+        // The broker refused it (its ACL: this account may not ask that): no reply will come.
+        if (error && waiting.delete(id)) { clearTimeout(timer); reject(new Error(`${name}: refused by the broker (${error.message})`)); }
+      });
     });
   }
 
   /// Every device's latest frame, from the track service: a fleet whose
   /// frames are not retained (retainLiveFrames off) shows its parked vans too.
-  /// A frame that came on the topic meanwhile is newer and stays.
+  /// A frame that came on the topic meanwhile is newer and stays. Asked
+  /// again in 30 s should the track service not answer.
+  let fleetRetry = null;
   async function loadFleet() {
+    clearTimeout(fleetRetry);
     let after = null;
     try {
       do {
@@ -228,7 +234,8 @@
       } while (after);
       document.body.dataset.fleetLoaded = 'true';
     } catch (e) {
-      say(`the fleet's live frames: ${e.message}`);
+      say(`the fleet's live frames: ${e.message}; asking again in 30 s`);
+      fleetRetry = setTimeout(loadFleet, 30000);
     }
   }
 

@@ -18,13 +18,17 @@ enum HTTPBench {
     static let devices = (0..<8).map { "hb\($0)" }
 
     static func run(count: Int) async throws {
-        let passwords = Dictionary(uniqueKeysWithValues: (devices + ["tracker-gateway", "tracker-gateway-out", "tracker-http", "trackerctl"])
+        let passwords = Dictionary(uniqueKeysWithValues: (devices + ["tracker-gateway", "tracker-gateway-out", "tracker-track", "tracker-track-out", "tracker-http", "trackerctl"])
             .map { ($0, "bench-\($0.replacingOccurrences(of: "-out", with: ""))") })
         let broker = try TestBroker(accounts: .init(passwords, aclFile: Repository.root.appendingPathComponent("config/acl").path),
                                     messageSizeLimit: TestBroker.productMessageSizeLimit)
         let gateway = try ServiceHarness(executable: "tracker-gateway", broker: broker, config: ServiceHarness.fastHealth,
                                          environment: ["TRACKER_MQTT_USERNAME": "tracker-gateway", "TRACKER_MQTT_PASSWORD": "bench-tracker-gateway"])
         try gateway.start()
+        // The track answers getLive, which tracker-http asks once a session for the frames.
+        let track = try ServiceHarness(executable: "tracker-track", broker: broker, config: ServiceHarness.fastHealth,
+                                       environment: ["TRACKER_MQTT_USERNAME": "tracker-track", "TRACKER_MQTT_PASSWORD": "bench-tracker-track"])
+        try track.start()
         let port = try freeListenerPort()
         let http = try ServiceHarness(executable: "tracker-http", broker: broker,
                                       config: ["httpHost": "127.0.0.1", "httpPort": Int(port), "gatePort": Int(broker.gatePort),
@@ -32,10 +36,10 @@ enum HTTPBench {
                                       environment: ["TRACKER_MQTT_USERNAME": "tracker-http", "TRACKER_MQTT_PASSWORD": "bench-tracker-http"]
                                           .merging(ProcessInfo.processInfo.environment["BENCH_HTTP_ENV"].map { ["MALLOC_ARENA_MAX": $0] } ?? [:]) { $1 })
         try http.start()
-        defer { http.stop(); gateway.stop() }
+        defer { http.stop(); track.stop(); gateway.stop() }
         let operatorClient = { try await MessageCollector(port: broker.operatorPort, filters: $0, username: "trackerctl", password: "bench-trackerctl") }
         let health = try await operatorClient(["tracker/_health/+"])
-        for name in ["gateway", "http"] {
+        for name in ["gateway", "track", "http"] {
             try await health.waitForHealth(timeout: 30, description: "\(name) online") { $0.service == name && $0.status == .online }
         }
         await health.close()

@@ -216,6 +216,26 @@ extension HeavySuites {
             await ctl.disconnect()
         }
 
+        /// With the track service down, the frames the subscription brought
+        /// are served: after one wait for `getLive` (said once in the log),
+        /// not one a request.
+        @Test func retainedFramesAreServedWhileTheTrackServiceIsDown() async throws {
+            let run = try await Self.start(["commandTimeoutSec": 1])
+            defer { run.stop() }
+            let frames = try await run.constellation.collector(["tracker/devA/live"])
+            let fix = try run.curl(run.user("devA") + ["-X", "POST", "\(run.base)/?id=devA&timestamp=\(Int(Date().timeIntervalSince1970))&lat=48.1&lon=11.5&accuracy=5"])
+            #expect(fix.status == 200, "\(fix)")
+            _ = try await frames.wait(description: "devA's live frame") { !$0.isEmpty }
+            await frames.close()
+            _ = run.constellation.services["track"]?.stop()
+            for _ in 0..<3 {
+                let all = try run.curl(run.user("tracker-map") + ["\(run.base)/api/v1/devices"])
+                #expect(all.status == 200 && ((all.json as? [[String: Any]])?.compactMap { $0["device"] as? String } ?? []) == ["devA"], "\(all)")
+            }
+            let said = run.http.log.components(separatedBy: "live frames (getLive) could not be read").count - 1
+            #expect(said == 1, "\(run.http.log.suffix(2_000))")
+        }
+
         /// Whether the broker lets `account` publish `topic` (QoS 1, v5: a refusal is a PUBACK 0x87).
         static func mqttAllowed(_ account: String, _ topic: String, _ run: Running) async throws -> Bool {
             let operatorAccount = account == "trackerctl"

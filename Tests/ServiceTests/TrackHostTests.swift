@@ -211,10 +211,39 @@ extension TrackHostTests {
 
         #expect(try fleetQuery(track, "getLive", #"{"limit":0}"#).code == "badInput")
         bus.clear()
+        track.receive(MQTTMessage(topic: "tracker/_health/cmd/getLive", string: #"{"id":"h"}"#))
+        #expect(track.commit())
+        let reserved = try #require(bus.waitForMessage { $0.topic == "tracker/_health/reply/getLive" })
+        #expect(try JSONDecoder().decode(CommandReply.self, from: Data(reserved.payload)).code == "badInput")
+        bus.clear()
         track.receive(MQTTMessage(topic: "tracker/nobody/cmd/getLive", string: #"{"id":"x"}"#))
         #expect(track.commit())
         let missing = try #require(bus.waitForMessage { $0.topic == "tracker/nobody/reply/getLive" })
         #expect(try JSONDecoder().decode(CommandReply.self, from: Data(missing.payload)).code == "notFound")
+    }
+
+    /// A page stops short of `maxReplyBytes`, and `next` carries on from there.
+    @Test func aFleetPageStopsAtTheReplyBound() throws {
+        let track = try ServiceHost(TrackService.definition(try TrackSettings(.test())), databasePath: database.path, bus: bus,
+                                    topics: Topics(), logger: Logger(label: "test", minimum: .off), counters: HealthCounters(),
+                                    clock: clock, maxReplyBytes: 4_096).runningParts()
+        // A zigzag keeps every vertex of the tail: frames of about 2.5 KB, one a page.
+        for device in ["a1", "a2", "a3"] {
+            for i in 0..<60 {
+                let (lat, lon) = frame.toGeo(x: Double(i) * 20, y: i % 2 == 0 ? 0 : 30)
+                let p = TrackPoint(seq: Int64(i + 1), sessionID: "s", timeMs: t0 + Int64(i) * 1000, latitude: lat, longitude: lon, accuracyM: 5, odometerM: 0)
+                track.receive(MQTTMessage(topic: "tracker/\(device)/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID(device)!, point: p, epoch: "f"))))
+            }
+        }
+        #expect(track.commit())
+        var pages: [[String]] = []
+        var after: String?
+        repeat {
+            let reply = try fleetQuery(track, "getLive", after.map { #"{"after":"\#($0)"}"# } ?? "{}")
+            pages.append(reply.result?["frames"]?.arrayValue?.compactMap { $0["device"]?.stringValue } ?? [])
+            after = reply.result?["next"]?.stringValue
+        } while after != nil && pages.count < 10
+        #expect(pages == [["a1"], ["a2"], ["a3"]])
     }
 
     /// `retainLiveFrames` off: frames go unretained, and a frame retained
@@ -229,8 +258,14 @@ extension TrackHostTests {
         #expect(track.commit())
         let sent = bus.messages.filter { $0.topic == "tracker/van1/live" }
         #expect(sent.map(\.payload.isEmpty) == [true, false, false])
-        #expect(sent[0].retain && !sent[1].retain && !sent[2].retain)
+        #expect(sent[0].retain && sent[0].qos == .atLeastOnce && !sent[1].retain && !sent[2].retain)
         #expect(try query(track, "getLive", "{}").result?["timeMs"]?.int64Value == t0 + 2_000)
+        // The clear is stored with the row: not sent again once it is read back.
+        var row = TrackRow()
+        row.retainedFrameCleared = true
+        #expect(try TrackRow.restored(from: Data(row.stored), using: JSONCoding.decoder) == row)
+        row.retainedFrameCleared = false
+        #expect(try TrackRow.restored(from: Data(row.stored), using: JSONCoding.decoder) == row)
     }
 
     @Test func theRowReadsBackAsWritten() throws {

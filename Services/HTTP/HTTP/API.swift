@@ -66,11 +66,11 @@ struct API: Sendable {
         case .ownTracksPublish:
             return try await ownTracks(request)
         case .devices:
-            let frames = try await session(request).liveFrames(timeout: commandTimeout)
+            let frames = try await session(request).liveFrames(timeout: commandTimeout, nowMs: clock.nowMs())
             return .json(200, bytes: Array("[".utf8) + frames.keys.sorted().map { frames[$0]! }.joined(separator: Array(",".utf8)) + Array("]".utf8))
         case .device(let device):
             let session = try await session(request)
-            guard let frame = try await session.liveFrames(timeout: commandTimeout)[device.rawValue] else {
+            guard let frame = try await session.liveFrames(timeout: commandTimeout, nowMs: clock.nowMs())[device.rawValue] else {
                 throw HTTPError.notFound("no live frame of \(device) that '\(session.login)' may read: an unknown device, one without points yet, or another account's")
             }
             return .json(200, bytes: frame)

@@ -27,13 +27,14 @@ final class AccountSession: Sendable {
     /// Replies come here: every account may read `tracker/_map/{itself}/…` (the ACL's pattern).
     let replyTopic: String
     let topics: Topics
+    let logger: Logger
     private let state: Mutex<State>
 
     struct State {
         var lastUsedMs: Int64
         var live: [String: [UInt8]] = [:]
-        /// The track service's frames were read once (`getLive`); the subscription keeps them current.
-        var liveLoaded = false
+        /// Where reading the track service's frames (`getLive`) stands; once read, the subscription keeps them current.
+        var liveLoad = LiveLoad.notStarted
         var friends: [String: [UInt8]] = [:]
         /// The filters subscribed so far (each once per session).
         var subscribed: Set<String> = []
@@ -46,8 +47,19 @@ final class AccountSession: Sendable {
         var nextEventID = 1
     }
 
-    init(login: String, client: MQTTClient, topics: Topics, nowMs: Int64) {
-        self.login = login; self.client = client; self.topics = topics
+    /// One read of the fleet's frames at a time, shared by the requests that wait for it.
+    enum LiveLoad {
+        case notStarted
+        case loading(Task<Void, any Error>)
+        case loaded
+        /// Not asked again for `liveRetryMs`: a track service that is down costs one wait, not one a request.
+        case failed(atMs: Int64)
+    }
+
+    static let liveRetryMs: Int64 = 30_000
+
+    init(login: String, client: MQTTClient, topics: Topics, nowMs: Int64, logger: Logger) {
+        self.login = login; self.client = client; self.topics = topics; self.logger = logger
         replyTopic = "\(topics.prefix)/_map/\(login)/\(client.options.clientID.split(separator: "~").last ?? "http")/reply"
         state = Mutex(State(lastUsedMs: nowMs))
     }
@@ -141,23 +153,45 @@ final class AccountSession: Sendable {
     }
 
     /// The live frames the account may read, by device: the retained ones,
-    /// the track service's (once a session: a fleet's frames need not be
-    /// retained), and whatever came since.
-    func liveFrames(timeout: Duration) async throws -> [String: [UInt8]] {
+    /// the track service's (read once a session: a fleet's frames need not
+    /// be retained), and whatever came since. Should the track service not
+    /// answer, what the subscription brought stands, and the log says so.
+    func liveFrames(timeout: Duration, nowMs: Int64) async throws -> [String: [UInt8]] {
         try await subscribeOnce(["\(topics.prefix)/+/live"], qos: .atMostOnce, settled: true)
-        if !state.withLock({ $0.liveLoaded }) {
+        let load = state.withLock { s -> Task<Void, any Error>? in
+            switch s.liveLoad {
+            case .loaded: return nil
+            case .loading(let task): return task
+            case .failed(let atMs) where nowMs - atMs < Self.liveRetryMs: return nil
+            case .notStarted, .failed:
+                let task = Task { try await self.loadLiveFrames(timeout: timeout) }
+                s.liveLoad = .loading(task)
+                return task
+            }
+        }
+        if let load {
             do {
-                try await loadLiveFrames(timeout: timeout)
-                state.withLock { $0.liveLoaded = true }
-            } catch where !state.withLock({ $0.live.isEmpty }) {
-                // Retained frames stand meanwhile; the next request asks again.
+                try await load.value
+                state.withLock { $0.liveLoad = .loaded }
+            } catch {
+                let first = state.withLock { s -> Bool in
+                    guard case .loading = s.liveLoad else { return false }
+                    s.liveLoad = .failed(atMs: nowMs)
+                    return true
+                }
+                if first {
+                    logger.warning("the track service's live frames (getLive) could not be read; serving what the subscription brought",
+                                   ["login": login, "error": "\(error)", "retryInSec": "\(Self.liveRetryMs / 1000)"])
+                }
             }
         }
         return state.withLock { $0.live }
     }
 
     /// `getLive` for the fleet, page by page, or, for an account that may
-    /// not ask the fleet's (a device), for the device the account is.
+    /// not ask the fleet's, for the device its login names (a device
+    /// account; a per-device OwnTracks login's device has another id, and
+    /// gets its frame from the topic).
     private func loadLiveFrames(timeout: Duration) async throws {
         var after: String?
         repeat {
@@ -165,7 +199,6 @@ final class AccountSession: Sendable {
             do {
                 reply = try await command(.fleet, "getLive", args: after.map { ["after": .string($0)] } ?? [:], timeout: timeout)
             } catch let error as HTTPError where error.code == .forbidden {
-                // Its own frame, if the account is a device that may ask for it (none yet: notFound).
                 guard let own = DeviceID(login), !own.isReserved else { return }
                 do {
                     let mine = try await command(own, "getLive", args: [:], timeout: timeout)
@@ -175,10 +208,15 @@ final class AccountSession: Sendable {
             }
             guard reply.ok else {
                 let code = ErrorCode(rawValue: reply.code ?? "") ?? .internal
-                throw HTTPError(HTTPError.status(of: code), code, "the track service's live frames (getLive): \(reply.message ?? "no message")")
+                throw HTTPError(HTTPError.status(of: code), code, "getLive: \(reply.message ?? "no message")")
             }
             for frame in reply.result?["frames"]?.arrayValue ?? [] { offer(frame) }
-            after = reply.result?["next"]?.stringValue
+            let next = reply.result?["next"]?.stringValue
+            // A cursor that does not move on would ask forever.
+            if let next, let previous = after, next <= previous {
+                throw HTTPError(502, .internal, "getLive: the page after '\(previous)' ends at '\(next)'")
+            }
+            after = next
         } while after != nil
     }
 
@@ -335,7 +373,7 @@ actor AccountSessions {
                 await client.disconnect(timeout: .seconds(1))
                 throw Unreachable(port: port, error: "\(error)")
             }
-            let session = AccountSession(login: credentials.username, client: client, topics: topics, nowMs: nowMs)
+            let session = AccountSession(login: credentials.username, client: client, topics: topics, nowMs: nowMs, logger: logger)
             client.setHandler { message in session.received(message) }
             try await client.subscribe([session.replyTopic])
             return session

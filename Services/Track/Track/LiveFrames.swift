@@ -40,7 +40,10 @@ enum LiveFrames {
     }
 
     static func answer(_ command: IncomingCommand, _ query: QueryContext) throws -> QueryResult {
-        guard query.device.isReserved else {
+        if query.device.isReserved, query.device != .fleet {
+            throw CommandError(.badInput, "getLive is for a device or \(DeviceID.fleet), not \(query.device)")
+        }
+        guard query.device == .fleet else {
             let stored = try query.db.first("SELECT row FROM host_devices WHERE device = ?", [.text(query.device.rawValue)]) { $0.data(0) }
             guard let stored, let frame = frame(query.device, try TrackRow.restored(from: stored, using: JSONCoding.decoder)) else {
                 throw CommandError(.notFound, "no live frame of \(query.device): it has sent no point yet")

@@ -55,8 +55,8 @@ struct TrackRow: Codable, Equatable {
     var tail: [Vertex] = []
     var session: LiveSession?
     var sessionStartOdometerM: Double?
-    /// This process cleared the device's retained frame (`retainLiveFrames`
-    /// off): not stored, so a row read again clears it once more, harmlessly.
+    /// The device's retained frame was cleared (`retainLiveFrames` off);
+    /// false again once a frame is retained.
     var retainedFrameCleared = false
 
     static let tailLength = 120
@@ -180,8 +180,10 @@ enum TrackService {
         guard row.last != nil else { return }
         if !retained, !row.retainedFrameCleared {
             // A frame retained before the setting changed would stay in every save of the broker's.
-            work.publish(MQTTMessage(topic: topic, payload: [], qos: .atMostOnce, retain: true))
+            work.publish(MQTTMessage(topic: topic, payload: [], qos: .atLeastOnce, retain: true))
             work.row.retainedFrameCleared = true
+        } else if retained, row.retainedFrameCleared {
+            work.row.retainedFrameCleared = false
         }
         // Made only for the batch's newest frame of the device.
         work.publishLatest(topic: topic) {
