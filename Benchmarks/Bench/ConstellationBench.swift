@@ -7,8 +7,8 @@ import TestSupport
 /// `tracker-bench constellation [N] [DEVICES]`: the whole product, five
 /// services and a local sink on one broker.
 /// - Throughput: N fixes of noisy drives (1,600 a device, or N / DEVICES
-///   over DEVICES devices, each round every device once, from where the
-///   drive is under way when the rounds leave room) in as fast as the
+///   over DEVICES devices, each round every device once, each device from
+///   its own point of the drive, spread over it) in as fast as the
 ///   broker acknowledges, until the filter has taken every fix and the track
 ///   service has stored and the sink has received every point accepted by
 ///   then (fixes the filter holds for a later one come out once their device
@@ -70,17 +70,19 @@ enum ConstellationBench {
         // Twenty real-looking drives (seeds 1–20), repeated under other device ids as the fleet grows.
         let truth = try Fixtures.fixes("mtv-drive-truth.jsonl")
         let drives = (1...20).map { seed in Array(NoiseGenerator(seed: UInt64(seed)).apply(to: truth).prefix(1_600).map(\.fix)) }
-        // A fleet on the road: the drives stand still for their first minutes, so
-        // a device with few rounds starts where its drive is under way (fix 700),
-        // or as late as its rounds still fit in the drive (with more rounds than
-        // the drive has fixes, from the start, and again from the start later on, `fix(_:_:)`).
+        // A fleet as it is at any hour, whatever its size: each device starts at
+        // its own point of the drive, the starts spread evenly over it, so the
+        // fleet drives and stands (the drive stands still for minutes at its
+        // start and at lights) in the drive's own mix however few fixes each
+        // device sends. Every device from one point would make the work a fix
+        // depend on where that point is: fixes 700-713 all move and each makes
+        // a point, while the whole drive makes one from about half its fixes.
         let rounds = (count + devices - 1) / devices
-        let underWay = max(0, min(700, 1_600 - rounds - warmup))
         func send(rounds range: Range<Int>, limit: Int) async throws {
             var sent = 0
             for round in range where sent < limit {
                 for device in 0..<devices where sent < limit {
-                    let fix = ConstellationBench.fix(drives[device % 20], underWay + round)
+                    let fix = ConstellationBench.fix(drives[device % 20], device * 1_600 / devices + round)
                     try await client.publish(inFlightBelow: 2_000, MQTTMessage(topic: "tracker/fleet\(device)/fixes", string: DemoRecording.line(fix)))
                     sent += 1
                 }
@@ -99,9 +101,11 @@ enum ConstellationBench {
             return (taken, filtered, stored, ContinuousClock.now)
         }
         let warm = Int64(warmup * devices)
+        var warmAccepted: Int64 = 0
         if warmup > 0 {
             try await send(rounds: 0..<warmup, limit: Int(warm))
             let accepted = try await settle(warm, "the warm-up").taken.counters?["accepted"] ?? 0
+            warmAccepted = accepted
             print("warm-up: \(warmup) fixes from each of \(devices) devices, unmeasured (\(accepted) accepted)")
             try await waitQuiet(constellation, "the warm-up")
         }
@@ -128,8 +132,9 @@ enum ConstellationBench {
         print(String(format: "do-nothing relays over the same hops and fan-out: %@ fixes/s, median %.0f (%.2f of the ceiling)",
                      relays.map { String(format: "%.0f", $0) }.joined(separator: " / ") as NSString, relay, relay / ceiling))
         let throughput = Double(count) / delivered
-        print(String(format: "end to end (fixes in until every accepted point is stored and at the sink): %.0f fixes/s, %.2f of the ceiling, %.2f of the relays; to the track store %.0f fixes/s",
-                     throughput, throughput / ceiling, throughput / relay, Double(count) / stored))
+        // What a fix costs downstream depends on whether it makes a point: the mix, to compare runs by.
+        print(String(format: "end to end (fixes in until every accepted point is stored and at the sink): %.0f fixes/s, %.2f of the ceiling, %.2f of the relays; to the track store %.0f fixes/s; %.2f points a measured fix",
+                     throughput, throughput / ceiling, throughput / relay, Double(count) / stored, Double(accepted - warmAccepted) / Double(count)))
 
         // Row loads: messages whose device's state was not in the service's cache (warm-up included).
         var loads: [String] = []
