@@ -31,11 +31,11 @@ import TrackCore
         return MQTTMessage(topic: "tracker/van1/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID("van1")!, point: p, epoch: "f", measured: m)))
     }
 
-    func query(_ track: ServiceHost<TrackRow>, _ name: String, _ args: String) throws -> CommandReply {
+    func query(_ track: ServiceHost<TrackRow>, _ name: String, _ args: String, device: String = "van1") throws -> CommandReply {
         bus.clear()
-        track.receive(MQTTMessage(topic: "tracker/van1/cmd/\(name)", string: #"{"id":"\#(name)","args":\#(args)}"#))
+        track.receive(MQTTMessage(topic: "tracker/\(device)/cmd/\(name)", string: #"{"id":"\#(name)","args":\#(args)}"#))
         #expect(track.commit())
-        let message = try #require(bus.waitForMessage { $0.topic == "tracker/van1/reply/\(name)" })
+        let message = try #require(bus.waitForMessage { $0.topic == "tracker/\(device)/reply/\(name)" })
         return try JSONDecoder().decode(CommandReply.self, from: Data(message.payload))
     }
 
@@ -176,14 +176,6 @@ extension TrackHostTests {
         return MQTTMessage(topic: "tracker/\(device)/points", payload: JSONCoding.bytes(PointMessage(device: DeviceID(device)!, point: p, epoch: "f")))
     }
 
-    func fleetQuery(_ track: ServiceHost<TrackRow>, _ name: String, _ args: String) throws -> CommandReply {
-        bus.clear()
-        track.receive(MQTTMessage(topic: "tracker/_fleet/cmd/\(name)", string: #"{"id":"\#(name)","args":\#(args)}"#))
-        #expect(track.commit())
-        let message = try #require(bus.waitForMessage { $0.topic == "tracker/_fleet/reply/\(name)" })
-        return try JSONDecoder().decode(CommandReply.self, from: Data(message.payload))
-    }
-
     /// `getLive` answers the frame the topic carried: for one device, or
     /// the fleet's in device order, page by page after `next`.
     @Test func getLiveAnswersTheFramesTheTopicCarries() throws {
@@ -200,7 +192,7 @@ extension TrackHostTests {
         var after: String?
         var pages = 0
         repeat {
-            let reply = try fleetQuery(track, "getLive", after.map { #"{"limit":2,"after":"\#($0)"}"# } ?? #"{"limit":2}"#)
+            let reply = try query(track, "getLive", after.map { #"{"limit":2,"after":"\#($0)"}"# } ?? #"{"limit":2}"#, device: "_fleet")
             #expect(reply.ok)
             devices += reply.result?["frames"]?.arrayValue?.compactMap { $0["device"]?.stringValue } ?? []
             after = reply.result?["next"]?.stringValue
@@ -209,17 +201,9 @@ extension TrackHostTests {
         #expect(devices == ["bike9", "car2", "van1", "van2", "van3"])
         #expect(pages == 3)
 
-        #expect(try fleetQuery(track, "getLive", #"{"limit":0}"#).code == "badInput")
-        bus.clear()
-        track.receive(MQTTMessage(topic: "tracker/_health/cmd/getLive", string: #"{"id":"h"}"#))
-        #expect(track.commit())
-        let reserved = try #require(bus.waitForMessage { $0.topic == "tracker/_health/reply/getLive" })
-        #expect(try JSONDecoder().decode(CommandReply.self, from: Data(reserved.payload)).code == "badInput")
-        bus.clear()
-        track.receive(MQTTMessage(topic: "tracker/nobody/cmd/getLive", string: #"{"id":"x"}"#))
-        #expect(track.commit())
-        let missing = try #require(bus.waitForMessage { $0.topic == "tracker/nobody/reply/getLive" })
-        #expect(try JSONDecoder().decode(CommandReply.self, from: Data(missing.payload)).code == "notFound")
+        #expect(try query(track, "getLive", #"{"limit":0}"#, device: "_fleet").code == "badInput")
+        #expect(try query(track, "getLive", "{}", device: "_health").code == "badInput")
+        #expect(try query(track, "getLive", "{}", device: "nobody").code == "notFound")
     }
 
     /// A page stops short of `maxReplyBytes`, and `next` carries on from there.
@@ -239,7 +223,7 @@ extension TrackHostTests {
         var pages: [[String]] = []
         var after: String?
         repeat {
-            let reply = try fleetQuery(track, "getLive", after.map { #"{"after":"\#($0)"}"# } ?? "{}")
+            let reply = try query(track, "getLive", after.map { #"{"after":"\#($0)"}"# } ?? "{}", device: "_fleet")
             pages.append(reply.result?["frames"]?.arrayValue?.compactMap { $0["device"]?.stringValue } ?? [])
             after = reply.result?["next"]?.stringValue
         } while after != nil && pages.count < 10
