@@ -269,15 +269,23 @@ extension ActivityReading: BinaryStorable {
 public protocol BinaryStoredRow: Decodable {
     /// The version this release writes and reads.
     static var binaryVersion: UInt64 { get }
+    /// The oldest version this release still reads (`binaryVersion` unless a field was added).
+    static var oldestBinaryVersion: UInt64 { get }
     /// What the row is, for errors ("the track row").
     static var binaryName: String { get }
     func writeFields(to w: inout BinaryWriter)
     init(readingFieldsFrom r: inout BinaryReader) throws
+    /// A row of an older version than `binaryVersion`, its fields in that version's order.
+    init(readingFieldsFrom r: inout BinaryReader, version: UInt64) throws
 }
 
 extension BinaryStoredRow {
     /// First byte of the binary form; a JSON row starts with `{`.
     public static var binaryMagic: UInt8 { 0xF1 }
+
+    public static var oldestBinaryVersion: UInt64 { binaryVersion }
+
+    public init(readingFieldsFrom r: inout BinaryReader, version: UInt64) throws { try self.init(readingFieldsFrom: &r) }
 
     public var stored: [UInt8] {
         var w = BinaryWriter(capacity: 256)
@@ -292,8 +300,9 @@ extension BinaryStoredRow {
         guard data.first == binaryMagic else { return try decoder.decode(Self.self, from: data) }
         var r = BinaryReader(Array(data), from: 1)
         let version = try r.varint()
-        guard version == binaryVersion else { throw BinaryReader.Malformed("\(binaryName) version \(version) is newer than this release") }
-        let row = try Self(readingFieldsFrom: &r)
+        guard version <= binaryVersion else { throw BinaryReader.Malformed("\(binaryName) version \(version) is newer than this release") }
+        guard version >= oldestBinaryVersion else { throw BinaryReader.Malformed("\(binaryName) version \(version) is older than this release reads") }
+        let row = version == binaryVersion ? try Self(readingFieldsFrom: &r) : try Self(readingFieldsFrom: &r, version: version)
         guard r.isAtEnd else { throw BinaryReader.Malformed("\(binaryName) has bytes left after it") }
         return row
     }

@@ -32,6 +32,21 @@ import TrackCore
         #expect(try TrackRow.restored(from: JSONEncoder().encode(Self.full), using: JSONDecoder()) == Self.full)
     }
 
+    /// Version 1 (before `retainedFrameCleared`) still reads, the flag false;
+    /// a version this release does not know is thrown.
+    @Test func aVersionOneRowStillReads() throws {
+        var w = BinaryWriter(capacity: 256)
+        w.byte(TrackRow.binaryMagic)
+        w.varint(1)
+        let row = Self.full
+        w.write(row.lastTimeMs, row.lastLatitude, row.lastLongitude, row.last, row.motion, row.tail, row.session, row.sessionStartOdometerM)
+        #expect(try TrackRow.restored(from: Data(w.written), using: JSONDecoder()) == row)
+        var cleared = row
+        cleared.retainedFrameCleared = true
+        #expect(try TrackRow.restored(from: Data(cleared.stored), using: JSONDecoder()) == cleared)
+        #expect(throws: (any Error).self) { try TrackRow.restored(from: Data([0xF1, 0]) + Data(row.stored.dropFirst(2)), using: JSONDecoder()) }
+    }
+
     @Test func damageIsThrown() throws {
         let stored = Self.full.stored
         #expect(throws: (any Error).self) { try TrackRow.restored(from: Data(stored.dropLast(3)), using: JSONDecoder()) }

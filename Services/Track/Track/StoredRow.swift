@@ -5,22 +5,23 @@ import TrackCore
 /// every batch that touched the device and read again whenever a device
 /// evicted from the cache sends a point. The row carries the live tail (up
 /// to 120 vertices): as JSON that was 7 KB, read back through JSONDecoder at
-/// most points of a large fleet. `retainedFrameCleared` is written after
-/// the rest only when true, so a row of a fleet whose frames are retained
-/// reads in the release before as well.
+/// most points of a large fleet. Version 2 added `retainedFrameCleared`;
+/// a version 1 row reads with it false.
 extension TrackRow: BinaryStoredRow {
-    static let binaryVersion: UInt64 = 1
+    static let binaryVersion: UInt64 = 2
+    static let oldestBinaryVersion: UInt64 = 1
     static let binaryName = "the track row"
 
     func writeFields(to w: inout BinaryWriter) {
-        w.write(lastTimeMs, lastLatitude, lastLongitude, last, motion, tail, session, sessionStartOdometerM)
-        if retainedFrameCleared { w.write(true) }
+        w.write(lastTimeMs, lastLatitude, lastLongitude, last, motion, tail, session, sessionStartOdometerM, retainedFrameCleared)
     }
 
-    init(readingFieldsFrom r: inout BinaryReader) throws {
+    init(readingFieldsFrom r: inout BinaryReader) throws { try self.init(readingFieldsFrom: &r, version: Self.binaryVersion) }
+
+    init(readingFieldsFrom r: inout BinaryReader, version: UInt64) throws {
         self.init(lastTimeMs: try r.read(), lastLatitude: try r.read(), lastLongitude: try r.read(), last: try r.read(),
                   motion: try r.read(), tail: try r.read(), session: try r.read(), sessionStartOdometerM: try r.read(),
-                  retainedFrameCleared: r.isAtEnd ? false : try r.read())
+                  retainedFrameCleared: version >= 2 ? try r.read() : false)
     }
 }
 
