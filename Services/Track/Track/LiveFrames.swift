@@ -29,8 +29,10 @@ enum LiveFrames {
     }
 
     /// The frame of a device's row: nil before its first point.
-    static func frame(_ device: DeviceID, _ row: TrackRow) -> LiveFrame? {
-        guard let point = row.last else { return nil }
+    static func frame(_ device: DeviceID, _ row: TrackRow) -> LiveFrame? { row.last.map { frame(device, row, newest: $0) } }
+
+    /// The frame of a device's row whose newest point is `point`.
+    static func frame(_ device: DeviceID, _ row: TrackRow, newest point: TrackPoint) -> LiveFrame {
         let tail = row.tail
         let local = LocalFrame(originLat: point.latitude, originLon: point.longitude)
         let kept = TrackBuilder().simplify(tail.map { local.toLocal(lat: $0.latitude, lon: $0.longitude) }, tolerance: 5)
@@ -56,17 +58,15 @@ enum LiveFrames {
         let rows = try query.db.query("SELECT device, row FROM host_devices WHERE device > ? ORDER BY device LIMIT ?",
                                       [.text(args.after ?? ""), .integer(Int64(limit))]) { ($0.string(0), $0.data(1)) }
         var page = FleetPage(frames: [], next: nil)
-        var bytes = 64
+        var bound = ReplyBound(maxBytes: query.maxReplyBytes, reserved: 64)
         for (name, stored) in rows {
             // A row this release cannot read is set aside when its device speaks next (`stateSetAside`); no frame till then.
             guard let device = DeviceID(name), !device.isReserved,
                   let row = try? TrackRow.restored(from: stored, using: JSONCoding.decoder), let frame = frame(device, row) else { continue }
-            let size = JSONCoding.bytes(frame).count + 1
-            if !page.frames.isEmpty, bytes + size > query.maxReplyBytes {
+            guard bound.admits(JSONCoding.bytes(frame).count) else {
                 page.next = page.frames.last?.device.rawValue
                 return .value(page)
             }
-            bytes += size
             page.frames.append(frame)
         }
         if rows.count == limit { page.next = rows.last?.0 }

@@ -177,7 +177,7 @@ enum TrackService {
     /// only the newest of a batch is published.
     private static func live(_ work: Work<TrackRow>, retained: Bool) {
         let row = work.row, device = work.device, topic = work.topics.live(device)
-        guard row.last != nil else { return }
+        guard let newest = row.last else { return }
         if !retained, !row.retainedFrameCleared {
             // A frame retained before the setting changed would stay in every save of the broker's.
             work.publish(MQTTMessage(topic: topic, payload: [], qos: .atLeastOnce, retain: true))
@@ -187,7 +187,7 @@ enum TrackService {
         }
         // Made only for the batch's newest frame of the device.
         work.publishLatest(topic: topic) {
-            MQTTMessage(topic: topic, payload: JSONCoding.bytes(LiveFrames.frame(device, row)!), qos: .atMostOnce, retain: retained)
+            MQTTMessage(topic: topic, payload: JSONCoding.bytes(LiveFrames.frame(device, row, newest: newest)), qos: .atMostOnce, retain: retained)
         }
     }
 

@@ -15,15 +15,31 @@ public struct JSONPage: Sendable {
     /// The bodies of a page that started at `offset`, cut short once they
     /// hold `maxBytes` (then `nextOffset` says where the next page starts).
     public init(bounding all: [String], offset: Int, maxBytes: Int) {
-        var bytes = 0
-        for (i, body) in all.enumerated() {
-            if i > 0, bytes + body.utf8.count + 1 > maxBytes {
-                self.init(bodies: Array(all[..<i]), nextOffset: offset + i)
-                return
-            }
-            bytes += body.utf8.count + 1
+        var bound = ReplyBound(maxBytes: maxBytes)
+        for (i, body) in all.enumerated() where !bound.admits(body.utf8.count) {
+            self.init(bodies: Array(all[..<i]), nextOffset: offset + i)
+            return
         }
         self.init(bodies: all, nextOffset: nil)
+    }
+}
+
+/// How much of a reply's items fit in `maxReplyBytes`: each item as encoded
+/// and its comma, the first always (a page never comes back empty).
+public struct ReplyBound {
+    private var bytes: Int
+    private var admitted = 0
+    private let maxBytes: Int
+
+    /// `reserved`: bytes the reply needs beside its items (an object's other keys).
+    public init(maxBytes: Int, reserved: Int = 0) { self.maxBytes = maxBytes; bytes = reserved }
+
+    /// Whether an item of `size` bytes still fits; if so, it is counted in.
+    public mutating func admits(_ size: Int) -> Bool {
+        if admitted > 0, bytes + size + 1 > maxBytes { return false }
+        bytes += size + 1
+        admitted += 1
+        return true
     }
 }
 

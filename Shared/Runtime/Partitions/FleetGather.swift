@@ -143,14 +143,12 @@ struct FleetGather {
         var next = stops.min()
         if let stop = next { items.removeAll { $0.key > stop } }
         var kept: [JSONValue] = []
-        var bytes = 64
+        var bound = ReplyBound(maxBytes: maxReplyBytes, reserved: 64)
         for entry in items {
-            let size = JSONCoding.encode(entry.item).count + 1
-            if kept.count == limit || (!kept.isEmpty && bytes + size > maxReplyBytes) {
+            guard kept.count < limit, bound.admits(JSONCoding.encode(entry.item).count) else {
                 next = items[kept.count - 1].key
                 break
             }
-            bytes += size
             kept.append(entry.item)
         }
         var page: [String: JSONValue] = [itemsKey: .array(kept)]
@@ -193,12 +191,10 @@ struct FleetGather {
         }
         let chosen = page.offset < end ? items[page.offset..<end].map(\.item) : []
         // Bounded as a partition's own page is.
-        var bytes = 0
+        var bound = ReplyBound(maxBytes: maxReplyBytes)
         var kept: [JSONValue] = []
         for item in chosen {
-            let size = JSONCoding.encode(item).count + 1
-            if !kept.isEmpty, bytes + size > maxReplyBytes { break }
-            bytes += size
+            guard bound.admits(JSONCoding.encode(item).count) else { break }
             kept.append(item)
         }
         var reply = CommandReply.success(id: id, .array(kept))

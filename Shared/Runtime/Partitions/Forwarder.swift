@@ -139,22 +139,32 @@ final class Forwarder: @unchecked Sendable {
         var payload = message.payload
         var page: FleetGather.Page?
         let request = try? JSONCoding.decoder.decode(CommandRequest.self, from: Data(message.payload))
-        if case .newestFirst = how, let request, case .object(var args) = request.args ?? .object([:]),
-           let asked = try? JSONCoding.decoder.decode(PageArgs.self, from: JSONCoding.encode(JSONValue.object(args))),
-           let (limit, offset) = try? asked.validated() {
-            // One it cannot read goes as it came: each partition refuses it by name.
+        // The page the asker asked for, where the replies merge as pages; one it
+        // cannot read goes as it came: each partition refuses it by name.
+        func asked() -> (args: [String: JSONValue], limit: Int, offset: Int)? {
+            guard let request, case .object(let args) = request.args ?? .object([:]),
+                  let page = try? JSONCoding.decoder.decode(PageArgs.self, from: JSONCoding.encode(JSONValue.object(args))).validated()
+            else { return nil }
+            return (args, page.limit, page.offset)
+        }
+        switch how {
+        case .newestFirst:
+            guard let request, let (args, limit, offset) = asked() else { break }
             guard offset + limit <= PageArgs.maxLimit else {
                 return answer(.init(asker: asker, reply: .failure(id: request.id, CommandError(.badInput,
                     "offset + limit must be ≤ \(PageArgs.maxLimit) for \(DeviceID.fleet) across partitions, got \(offset + limit)"))))
             }
             page = FleetGather.Page(limit: limit, offset: offset)
-            args["limit"] = .number(Double(offset + limit))
-            args["offset"] = .number(0)
-            payload = JSONCoding.bytes(CommandRequest(id: request.id, args: .object(args)))
-        } else if case .inKeyOrder = how, let request, let args = request.args,
-                  let asked = try? JSONCoding.decoder.decode(PageArgs.self, from: JSONCoding.encode(args)), let (limit, _) = try? asked.validated() {
+            // Each partition is asked for its first offset + limit items.
+            var all = args
+            all["limit"] = .number(Double(offset + limit))
+            all["offset"] = .number(0)
+            payload = JSONCoding.bytes(CommandRequest(id: request.id, args: .object(all)))
+        case .inKeyOrder:
             // Each partition is asked as the asker asked (after its cursor, its limit); the merge keeps the limit.
-            page = FleetGather.Page(limit: limit, offset: 0)
+            page = asked().map { FleetGather.Page(limit: $0.limit, offset: 0) }
+        case .same, .combine:
+            break
         }
         let id = UUID().uuidString.lowercased()
         let (started, capacity) = gathers.withLock {
