@@ -12,20 +12,32 @@ public final class HTTPSink: @unchecked Sendable {
     public let file: URL
     private let process: ChildProcess
 
-    /// Starts the sink in `directory` and waits until it listens.
+    /// Starts the sink in `directory` and waits until it listens: its own
+    /// process, so that a listener of another suite's that took the port
+    /// first (between the check and the bind) is not taken for the sink.
     public init(in directory: URL, answers: [String] = []) throws {
-        port = try freeListenerPort()
         file = directory.appendingPathComponent("sink-\(UUID().uuidString.prefix(6)).jsonl")
-        process = try ChildProcess(executable: "/usr/bin/python3",
-                                   arguments: [Repository.root.appendingPathComponent("scripts/http-sink.py").path, "\(port)", file.path] + answers,
-                                   logFile: file.path + ".log")
-        guard waitForPort(port, timeout: 10) else {
+        var failures: [String] = []
+        for _ in 0..<3 {
+            let port = try freeListenerPort()
+            let process = try ChildProcess(executable: "/usr/bin/python3",
+                                           arguments: [Repository.root.appendingPathComponent("scripts/http-sink.py").path, "\(port)", file.path] + answers,
+                                           logFile: file.path + ".log")
+            if waitForPort(port, timeout: 10), process.listens(on: [port]) {
+                self.port = port
+                self.process = process
+                return
+            }
             process.kill(SIGKILL)
-            throw TestSupportError("the HTTP sink did not start listening: \(process.log)")
+            _ = process.wait(timeout: 5)
+            failures.append("port \(port): \(process.log)")
         }
+        throw TestSupportError("the HTTP sink did not start listening: \(failures.joined(separator: "; "))")
     }
 
     public var url: String { "http://127.0.0.1:\(port)" }
+    /// What the sink printed (a traceback if it stopped), for a failing test to show.
+    public var log: String { process.log }
     /// The sink's own CPU time so far (seconds), for a bench to count.
     public var cpu: (user: Double, system: Double)? { process.cpu }
 

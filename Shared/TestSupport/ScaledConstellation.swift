@@ -146,6 +146,11 @@ public final class ScaledConstellation: @unchecked Sendable {
         }
     }
 
+    /// The end of each instance's log of `service`, by name, for a failing test to show.
+    public func logs(_ service: String, suffix: Int) -> String {
+        (instances[service] ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key): \($0.value.log.suffix(suffix))" }.joined(separator: "\n")
+    }
+
     /// The newest health of each of the `instances` instances of `service`.
     public func health(_ service: String, instances: Int) async throws -> [String: Health] {
         let collector = try await collector(["tracker/_health/\(service)/+"])

@@ -383,12 +383,17 @@ extension HeavySuites {
                 try await Replay.expectStoredOnce(accepted, of: device, with: client, until: deadline)
             }
             var points: [String: Int] = [:]
+            var synced: CommandReply?
             while ContinuousClock.now < deadline {
-                _ = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
+                synced = try await TestClient.command(client, device: "_fleet", "syncNow", timeout: 30)
                 points = fleet.sink!.points()
                 if points.count >= acceptedTotal { break }
             }
-            #expect(points.count == acceptedTotal, "the sink holds \(points.count) distinct of \(acceptedTotal) accepted points")
+            #expect(points.count == acceptedTotal, """
+                the sink holds \(points.count) distinct of \(acceptedTotal) accepted points; \(fleet.sink!.lines.count) requests kept; \
+                the last syncNow: \(synced.map { "\($0)" } ?? "none"); the sink's log: \(fleet.sink!.log.suffix(1_000)); \
+                the uploaders' logs: \(fleet.logs("uploader", suffix: 2_000))
+                """)
             let twice = points.values.filter { $0 > 1 }.count
             if resentAllowed { print("scale out: \(twice) points resent by a killed uploader") } else {
                 #expect(twice == 0, "\(twice) points delivered more than once")
