@@ -98,10 +98,7 @@ struct API: Sendable {
 
     /// A command's reply as HTTP: its result, or its failure's status and `{code, message}`.
     static func answer(_ reply: CommandReply, _ name: String) throws -> HTTPResponse {
-        guard reply.ok else {
-            let code = reply.code.flatMap(ErrorCode.init(rawValue:)) ?? .internal
-            throw HTTPError(HTTPError.status(of: code), code, reply.message ?? "\(name) failed")
-        }
+        guard reply.ok else { throw HTTPError(failed: reply, name) }
         return .json(200, bytes: JSONCoding.bytes(reply.result ?? .null))
     }
 
@@ -210,4 +207,12 @@ final class ServiceStatuses: Sendable {
         statuses.withLock { $0[health.service] = health.status.rawValue }
     }
     func snapshot() -> [String: String] { statuses.withLock { $0 } }
+}
+
+extension HTTPError {
+    /// A command's failed reply as HTTP: its code's status and `{code, message}`.
+    init(failed reply: CommandReply, _ name: String) {
+        let code = reply.code.flatMap(ErrorCode.init(rawValue:)) ?? .internal
+        self.init(HTTPError.status(of: code), code, reply.message ?? "\(name) failed")
+    }
 }

@@ -206,10 +206,7 @@ final class AccountSession: Sendable {
                 } catch let error as HTTPError where error.code == .forbidden {}
                 return
             }
-            guard reply.ok else {
-                let code = ErrorCode(rawValue: reply.code ?? "") ?? .internal
-                throw HTTPError(HTTPError.status(of: code), code, "getLive: \(reply.message ?? "no message")")
-            }
+            guard reply.ok else { throw HTTPError(failed: reply, "getLive") }
             for frame in reply.result?["frames"]?.arrayValue ?? [] { offer(frame) }
             let next = reply.result?["next"]?.stringValue
             // A cursor that does not move on would ask forever.

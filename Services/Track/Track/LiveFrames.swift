@@ -53,8 +53,7 @@ enum LiveFrames {
             return .value(frame)
         }
         let args = try command.arguments(FleetArgs.self)
-        let limit = args.limit ?? PageArgs.defaultLimit
-        guard (1...PageArgs.maxLimit).contains(limit) else { throw CommandError(.badInput, "limit must be 1…\(PageArgs.maxLimit), got \(limit)") }
+        let (limit, _) = try PageArgs(limit: args.limit).validated()
         let rows = try query.db.query("SELECT device, row FROM host_devices WHERE device > ? ORDER BY device LIMIT ?",
                                       [.text(args.after ?? ""), .integer(Int64(limit))]) { ($0.string(0), $0.data(1)) }
         var page = FleetPage(frames: [], next: nil)
